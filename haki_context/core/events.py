@@ -1,0 +1,80 @@
+"""Recording events: validation, chunking, embedding, one all-or-nothing write."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ..db import events as db_events
+from .errors import InvalidInput
+from .limits import (
+    MAX_BATCH,
+    MAX_KIND_CHARS,
+    MAX_PAYLOAD_BYTES,
+    check_aware,
+    check_json_value,
+    check_subject_id,
+    check_text,
+)
+from .models import Event
+from .runtime import Runtime
+from .texts import event_chunks, event_excerpt
+
+
+@dataclass(frozen=True)
+class EventInput:
+    subject_id: str
+    kind: str
+    payload: Any
+    occurred_at: datetime | None = None
+
+
+async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) -> list[Event]:
+    """Validate every input first, embed all chunks in one call, write everything in one transaction."""
+    if len(inputs) > MAX_BATCH:
+        raise InvalidInput(f"at most {MAX_BATCH} events per call", field="inputs")
+    now = datetime.now(timezone.utc)
+    limit = rt.settings.episode_excerpt_chars
+    events: list[db_events.NewEvent] = []
+    chunks: list[db_events.NewChunk] = []
+    for index, item in enumerate(inputs):
+        prefix = f"inputs[{index}]." if len(inputs) > 1 else ""
+        try:
+            check_subject_id(item.subject_id)
+            check_text("kind", item.kind, MAX_KIND_CHARS)
+            check_json_value("payload", item.payload, MAX_PAYLOAD_BYTES)
+            check_aware("occurredAt", item.occurred_at)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{prefix}{exc.message}", field=f"{prefix}{exc.field}") from exc
+        event = db_events.NewEvent(
+            id=str(uuid.uuid4()),
+            subject_id=item.subject_id,
+            kind=item.kind,
+            payload=item.payload,
+            occurred_at=item.occurred_at or now,
+            recorded_at=now,
+            excerpt=event_excerpt(item.kind, item.payload, limit),
+        )
+        events.append(event)
+        for chunk in event_chunks(item.kind, item.payload, limit):
+            chunks.append(
+                db_events.NewChunk(
+                    event_id=event.id,
+                    position=chunk.position,
+                    subject_id=event.subject_id,
+                    kind=event.kind,
+                    occurred_at=event.occurred_at,
+                    text=chunk.text,
+                    excerpt=chunk.excerpt,
+                )
+            )
+    if not events:
+        return []
+    embeddings = await rt.embedder.embed_many([c.text for c in chunks])
+    async with rt.pool.acquire() as conn:
+        await db_events.insert_events(conn, project_id, events, chunks, embeddings)
+    return [
+        Event(e.id, e.subject_id, e.kind, e.payload, e.occurred_at, e.recorded_at, e.excerpt) for e in events
+    ]

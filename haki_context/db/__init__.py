@@ -1,0 +1,1 @@
+"""Storage: the asyncpg pool, embedded PostgreSQL, migrations and every SQL statement."""

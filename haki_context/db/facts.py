@@ -1,0 +1,177 @@
+"""SQL for facts: inserts, status changes and reads. Callers hold the transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+from ..core.models import Fact, FactStatus
+from .records import FACT_COLUMNS, fact_from_row
+
+
+@dataclass(frozen=True)
+class NewFact:
+    id: str
+    subject_id: str
+    predicate: str
+    value: Any
+    value_hash: str
+    confidence: float | None
+    volatility: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    recorded_at: datetime
+    source_event_ids: list[str]
+    text: str
+
+
+async def lock_predicate(conn: asyncpg.Connection, project_id: str, subject_id: str, predicate: str) -> None:
+    """Serialise writes to one (project, subject, predicate) until the transaction ends."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0))",
+        project_id,
+        subject_id,
+        predicate,
+    )
+
+
+async def active_for_predicate(
+    conn: asyncpg.Connection, project_id: str, subject_id: str, predicate: str
+) -> list[tuple[Fact, str]]:
+    """ACTIVE facts of (subject, predicate) with their value hashes, locked for update."""
+    rows = await conn.fetch(
+        f"SELECT {FACT_COLUMNS}, value_hash FROM facts"
+        " WHERE project_id = $1 AND subject_id = $2 AND predicate = $3 AND status = 'ACTIVE'"
+        " ORDER BY recorded_at, id FOR UPDATE",
+        project_id,
+        subject_id,
+        predicate,
+    )
+    return [(fact_from_row(r), r["value_hash"]) for r in rows]
+
+
+async def insert_fact(conn: asyncpg.Connection, project_id: str, fact: NewFact, embedding: np.ndarray) -> Fact:
+    row = await conn.fetchrow(
+        f"""
+        INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, confidence, status,
+                           volatility, valid_from, valid_to, recorded_at, source_event_ids, text, embedding)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, 'ACTIVE', $8, $9, $10, $11, $12::uuid[], $13, $14)
+        RETURNING {FACT_COLUMNS}
+        """,
+        project_id,
+        fact.id,
+        fact.subject_id,
+        fact.predicate,
+        fact.value,
+        fact.value_hash,
+        fact.confidence,
+        fact.volatility,
+        fact.valid_from,
+        fact.valid_to,
+        fact.recorded_at,
+        fact.source_event_ids,
+        fact.text,
+        embedding,
+    )
+    await conn.execute(
+        "INSERT INTO subjects (project_id, subject_id, fact_rows) VALUES ($1, $2, 1)"
+        " ON CONFLICT (project_id, subject_id) DO UPDATE SET fact_rows = subjects.fact_rows + 1",
+        project_id,
+        fact.subject_id,
+    )
+    return fact_from_row(row)
+
+
+async def reinforce(
+    conn: asyncpg.Connection, project_id: str, fact_id: str, now: datetime, source_event_ids: list[str]
+) -> Fact:
+    """Move lastReinforcedAt and add provenance; no new version."""
+    row = await conn.fetchrow(
+        f"""
+        UPDATE facts SET last_reinforced_at = $3,
+            source_event_ids = ARRAY(SELECT DISTINCT x FROM unnest(source_event_ids || $4::uuid[]) AS x ORDER BY x)
+        WHERE project_id = $1 AND id = $2
+        RETURNING {FACT_COLUMNS}
+        """,
+        project_id,
+        fact_id,
+        now,
+        source_event_ids,
+    )
+    return fact_from_row(row)
+
+
+async def supersede(
+    conn: asyncpg.Connection, project_id: str, fact_ids: list[str], by_id: str, valid_to: datetime
+) -> list[Fact]:
+    """Move facts to SUPERSEDED (validTo set unless already earlier, supersededBy set, version bumped)."""
+    rows = await conn.fetch(
+        f"""
+        UPDATE facts SET status = 'SUPERSEDED', superseded_by = $3,
+            valid_to = CASE WHEN valid_to IS NOT NULL AND valid_to < $4 THEN valid_to ELSE $4 END,
+            version = version + 1, open_conflict_id = NULL
+        WHERE project_id = $1 AND id = ANY($2::uuid[])
+        RETURNING {FACT_COLUMNS}
+        """,
+        project_id,
+        fact_ids,
+        by_id,
+        valid_to,
+    )
+    order = {fid: i for i, fid in enumerate(fact_ids)}
+    return sorted((fact_from_row(r) for r in rows), key=lambda f: order[f.id])
+
+
+async def retract(conn: asyncpg.Connection, project_id: str, fact_id: str, reason: str | None) -> Fact:
+    row = await conn.fetchrow(
+        f"""
+        UPDATE facts SET status = 'RETRACTED', retract_reason = $3, version = version + 1
+        WHERE project_id = $1 AND id = $2
+        RETURNING {FACT_COLUMNS}
+        """,
+        project_id,
+        fact_id,
+        reason,
+    )
+    return fact_from_row(row)
+
+
+async def get_facts(
+    conn: asyncpg.Connection, project_id: str, ids: list[str], *, for_update: bool = False
+) -> list[Fact | None]:
+    """Facts by id, in the order asked; None where unknown (or of another project)."""
+    lock = " ORDER BY id FOR UPDATE" if for_update else ""
+    rows = await conn.fetch(
+        f"SELECT {FACT_COLUMNS} FROM facts WHERE project_id = $1 AND id = ANY($2::uuid[]){lock}",
+        project_id,
+        ids,
+    )
+    found = {str(r["id"]): fact_from_row(r) for r in rows}
+    return [found.get(i) for i in ids]
+
+
+async def page_facts(
+    conn: asyncpg.Connection,
+    project_id: str,
+    subject_id: str,
+    status: FactStatus | None,
+    limit: int,
+    after: tuple[datetime, str] | None,
+) -> list[Fact]:
+    """Facts of a subject, newest recorded first, keyset after `after`."""
+    args: list[Any] = [project_id, subject_id, status.value if status else None, limit]
+    keyset = ""
+    if after is not None:
+        keyset = " AND (recorded_at, id) < ($5, $6::uuid)"
+        args += [after[0], after[1]]
+    rows = await conn.fetch(
+        f"SELECT {FACT_COLUMNS} FROM facts WHERE project_id = $1 AND subject_id = $2"
+        f" AND ($3::text IS NULL OR status = $3){keyset}"
+        " ORDER BY recorded_at DESC, id DESC LIMIT $4",
+        *args,
+    )
+    return [fact_from_row(r) for r in rows]

@@ -1,0 +1,65 @@
+"""SQL for projects and API keys (only a hash of each key is stored)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    project_id: str
+    key_id: str
+    prefix: str
+    name: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+async def ensure_project(conn: asyncpg.Connection, project_id: str) -> None:
+    await conn.execute("INSERT INTO projects (project_id) VALUES ($1) ON CONFLICT DO NOTHING", project_id)
+
+
+async def insert_key(
+    conn: asyncpg.Connection, project_id: str, key_id: str, key_hash: bytes, prefix: str, name: str | None
+) -> None:
+    async with conn.transaction():
+        await ensure_project(conn, project_id)
+        await conn.execute(
+            "INSERT INTO api_keys (project_id, key_id, key_hash, prefix, name) VALUES ($1, $2, $3, $4, $5)",
+            project_id,
+            key_id,
+            key_hash,
+            prefix,
+            name,
+        )
+
+
+async def list_keys(conn: asyncpg.Connection, project_id: str | None) -> list[KeyRecord]:
+    rows = await conn.fetch(
+        "SELECT project_id, key_id, prefix, name, created_at, revoked_at FROM api_keys"
+        " WHERE $1::text IS NULL OR project_id = $1 ORDER BY project_id, created_at, key_id",
+        project_id,
+    )
+    return [
+        KeyRecord(r["project_id"], str(r["key_id"]), r["prefix"], r["name"], r["created_at"], r["revoked_at"])
+        for r in rows
+    ]
+
+
+async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
+    """Revoke by key id (or by its printed prefix); True when a live key was revoked."""
+    result = await conn.execute(
+        "UPDATE api_keys SET revoked_at = now() WHERE revoked_at IS NULL"
+        " AND (key_id::text = $1 OR prefix = $1)",
+        key_id,
+    )
+    return result != "UPDATE 0"
+
+
+async def project_for_hash(conn: asyncpg.Connection | asyncpg.Pool, key_hash: bytes) -> str | None:
+    return await conn.fetchval(
+        "SELECT project_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash
+    )

@@ -1,0 +1,55 @@
+"""The asyncpg pool: codecs for vector and jsonb, and per-connection settings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import orjson
+from pgvector.asyncpg import register_vector
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def init_connection(conn: asyncpg.Connection) -> None:
+    """Register the codecs every query relies on (run once per new connection)."""
+    await register_vector(conn)
+    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    statement_timeout_ms: int = 10_000,
+    hnsw_ef_search: int = 200,
+    hnsw_max_scan_tuples: int = 50_000,
+) -> asyncpg.Pool:
+    """A pool whose connections carry our codecs and search settings.
+
+    `hnsw.iterative_scan = relaxed_order` makes a scope-filtered HNSW scan keep
+    going until it has enough rows (without it pgvector silently returns ~4 of
+    64); results are re-sorted by distance in the statement.
+    """
+    pool = await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        init=init_connection,
+        max_inactive_connection_lifetime=300,
+        server_settings={
+            "application_name": "haki-context",
+            "statement_timeout": str(statement_timeout_ms),
+            "hnsw.iterative_scan": "relaxed_order",
+            "hnsw.ef_search": str(hnsw_ef_search),
+            "hnsw.max_scan_tuples": str(hnsw_max_scan_tuples),
+            "jit": "off",
+        },
+    )
+    assert pool is not None
+    return pool

@@ -1,0 +1,1 @@
+"""Thin glue: GraphQL arguments to core calls, and the per-request DataLoaders."""

@@ -1,0 +1,55 @@
+"""Mutation resolvers: GraphQL inputs (read by attribute) to core commands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import conflicts, events, facts
+from ..core.models import AssertMode, ConflictSet, Event, Fact, FactAssertion, Volatility
+from .context import RequestContext
+
+
+def _event_input(item: Any) -> events.EventInput:
+    return events.EventInput(
+        subject_id=item.subject_id, kind=item.kind, payload=item.payload, occurred_at=item.occurred_at
+    )
+
+
+async def record_event(ctx: RequestContext, item: Any) -> Event:
+    (event,) = await events.record_events(ctx.rt, ctx.project_id, [_event_input(item)])
+    return event
+
+
+async def record_events(ctx: RequestContext, items: list[Any]) -> list[Event]:
+    return await events.record_events(ctx.rt, ctx.project_id, [_event_input(i) for i in items])
+
+
+async def assert_fact(ctx: RequestContext, item: Any) -> FactAssertion:
+    command = facts.FactInput(
+        subject_id=item.subject_id,
+        predicate=item.predicate,
+        value=item.value,
+        confidence=item.confidence,
+        valid_from=item.valid_from,
+        valid_to=item.valid_to,
+        source_event_ids=tuple(item.source_event_ids or ()),
+        volatility=item.volatility or Volatility.STABLE,
+        mode=item.mode or AssertMode.SUPERSEDE,
+    )
+    return await facts.assert_fact(ctx.rt, ctx.project_id, command)
+
+
+async def retract_fact(ctx: RequestContext, id: str, reason: str | None) -> Fact:
+    return await facts.retract_fact(ctx.rt, ctx.project_id, id, reason)
+
+
+async def open_conflict(ctx: RequestContext, fact_ids: list[str], reason: str | None) -> ConflictSet:
+    return await conflicts.open_conflict(ctx.rt, ctx.project_id, fact_ids, reason)
+
+
+async def resolve_conflict(ctx: RequestContext, id: str, keep_fact_id: str) -> ConflictSet:
+    return await conflicts.resolve_conflict(ctx.rt, ctx.project_id, id, keep_fact_id)
+
+
+async def dismiss_conflict(ctx: RequestContext, id: str) -> ConflictSet:
+    return await conflicts.dismiss_conflict(ctx.rt, ctx.project_id, id)

@@ -1,0 +1,60 @@
+"""The GraphQL schema: Strawberry types, enums, scalars, inputs and the Schema object."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.extensions import (
+    DisableIntrospection,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    QueryDepthLimiter,
+)
+from strawberry.schema.config import StrawberryConfig
+
+from ..core.errors import HakiError
+from .errors import domain_error
+from .mutation import Mutation
+from .query import Query
+from .scalars import DateTime
+
+
+class HakiSchema(strawberry.Schema):
+    """Logs only unexpected errors: expected ones (bad input, not found...) are answers, not crashes."""
+
+    def process_errors(self, errors, execution_context=None):  # type: ignore[no-untyped-def]
+        unexpected = [e for e in errors if e.original_error is not None and domain_error(e.original_error) is None]
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
+def build_schema(
+    *,
+    max_depth: int = 10,
+    max_aliases: int = 15,
+    max_tokens: int = 2000,
+    introspection: bool = True,
+) -> strawberry.Schema:
+    """The schema with its limits. Extensions are passed as factories, never shared instances."""
+    extensions: list = [
+        lambda: QueryDepthLimiter(max_depth=max_depth),
+        lambda: MaxAliasesLimiter(max_alias_count=max_aliases),
+        lambda: MaxTokensLimiter(max_token_count=max_tokens),
+    ]
+    if not introspection:
+        extensions.append(DisableIntrospection)
+    return HakiSchema(
+        query=Query,
+        mutation=Mutation,
+        extensions=extensions,
+        config=StrawberryConfig(scalar_map={datetime: DateTime}, disable_field_suggestions=not introspection),
+    )
+
+
+def export_sdl() -> str:
+    """The SDL of the schema as served (what `schema.graphql` at the root holds)."""
+    return build_schema().as_str() + "\n"
+
+
+__all__ = ["HakiError", "build_schema", "export_sdl"]

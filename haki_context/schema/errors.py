@@ -1,0 +1,109 @@
+"""Turning exceptions into GraphQL errors with a stable `extensions.code`.
+
+This is the one place where domain errors, asyncpg failures and GraphQL
+request errors get their code. Anything unexpected is INTERNAL: its message
+is replaced and it is logged with a reference id, so no traceback or SQL text
+ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import asyncpg
+from graphql import GraphQLError
+
+from ..core.errors import HakiError, Timeout, Unavailable
+
+log = logging.getLogger("haki_context.errors")
+
+_COMPLEXITY_MARKERS = (
+    "exceeds maximum operation depth",
+    "aliases found. Allowed",
+    "maximum number of tokens",
+    "more than",  # graphql-core: "Document contains more than N tokens"
+)
+
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.exceptions.InterfaceError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+)
+
+
+def domain_error(exc: BaseException | None) -> HakiError | None:
+    """The HakiError an exception stands for, if it is an expected failure."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, HakiError):
+            return exc
+        if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
+            return Timeout("the statement took longer than HAKI_STATEMENT_TIMEOUT_MS")
+        if isinstance(exc, _CONNECTION_ERRORS) and not isinstance(exc, asyncpg.PostgresError):
+            return Unavailable("the database is unavailable; retry shortly")
+        if isinstance(exc, (asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CannotConnectNowError)):
+            return Unavailable("the database is unavailable; retry shortly")
+        exc = exc.__cause__ or exc.__context__ or getattr(exc, "original_error", None)
+        seen += 1
+    return None
+
+
+def format_error(error: GraphQLError) -> dict[str, Any]:
+    """The response form of one error: message, locations, path and `extensions.code`."""
+    formatted: dict[str, Any] = {"message": error.message}
+    if error.locations:
+        formatted["locations"] = [{"line": loc.line, "column": loc.column} for loc in error.locations]
+    if error.path:
+        formatted["path"] = list(error.path)
+    original = error.original_error
+    if original is None:
+        code = "QUERY_TOO_COMPLEX" if _is_complexity(error.message) else _request_code(error)
+        formatted["extensions"] = {**(error.extensions or {}), "code": code}
+        return formatted
+    domain = domain_error(original)
+    if domain is not None:
+        # A HakiError's own text is safe to show; an asyncpg error's text may hold SQL.
+        if not isinstance(original, HakiError):
+            formatted["message"] = domain.message
+        formatted["extensions"] = domain.extensions()
+        return formatted
+    ref = uuid.uuid4().hex[:12]
+    log.error("internal error %s", ref, exc_info=(type(original), original, original.__traceback__))
+    formatted["message"] = f"Internal error (reference {ref})."
+    formatted["extensions"] = {"code": "INTERNAL", "reference": ref}
+    return formatted
+
+
+def _is_complexity(message: str) -> bool:
+    return any(marker in message for marker in _COMPLEXITY_MARKERS) and (
+        "depth" in message or "aliases" in message or "tokens" in message
+    )
+
+
+def _request_code(error: GraphQLError) -> str:
+    existing = (error.extensions or {}).get("code")
+    if isinstance(existing, str):
+        return existing
+    if error.message.startswith("Syntax Error"):
+        return "GRAPHQL_PARSE_FAILED"
+    return "GRAPHQL_VALIDATION_FAILED"
+
+
+def http_status(errors: list[dict[str, Any]]) -> int | None:
+    """The HTTP status a response's errors call for (None: the default 200)."""
+    codes = {e.get("extensions", {}).get("code") for e in errors}
+    if "UNAUTHENTICATED" in codes:
+        return 401
+    if "UNAVAILABLE" in codes:
+        return 503
+    return None

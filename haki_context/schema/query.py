@@ -1,0 +1,49 @@
+"""The Query root."""
+
+from __future__ import annotations
+
+import strawberry
+
+from ..resolvers import queries
+from .enums import ConflictStatus, FactStatus
+from .pagination import Connection, to_connection
+from .records import ConflictSetType, EventType, FactType
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="A fact by id; null when unknown, malformed or outside the caller's project.")
+    async def fact(self, info: strawberry.Info, id: strawberry.ID) -> FactType | None:
+        return await queries.fact(info.context, id)  # type: ignore[return-value]
+
+    @strawberry.field(description="Facts of a subject, newest recorded first. `first` is 1..100.")
+    async def facts(
+        self,
+        info: strawberry.Info,
+        subject_id: str,
+        status: FactStatus | None = None,
+        first: int | None = 50,
+        after: str | None = None,
+    ) -> Connection[FactType]:
+        return to_connection(await queries.facts(info.context, subject_id, status, first, after))  # type: ignore[return-value]
+
+    @strawberry.field(description="An event by id; null when unknown, malformed or outside the caller's project.")
+    async def event(self, info: strawberry.Info, id: strawberry.ID) -> EventType | None:
+        return await queries.event(info.context, id)  # type: ignore[return-value]
+
+    @strawberry.field(description="Events of a subject, latest occurrence first. `first` is 1..100.")
+    async def events(
+        self, info: strawberry.Info, subject_id: str, first: int | None = 50, after: str | None = None
+    ) -> Connection[EventType]:
+        return to_connection(await queries.events(info.context, subject_id, first, after))  # type: ignore[return-value]
+
+    @strawberry.field(description="Conflict sets, newest first, optionally of one subject and one status.")
+    async def conflicts(
+        self,
+        info: strawberry.Info,
+        subject_id: str | None = None,
+        status: ConflictStatus | None = None,
+        first: int | None = 50,
+        after: str | None = None,
+    ) -> Connection[ConflictSetType]:
+        return to_connection(await queries.conflicts(info.context, subject_id, status, first, after))  # type: ignore[return-value]

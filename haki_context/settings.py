@@ -1,0 +1,108 @@
+"""Every HAKI_* setting, typed, in one place.
+
+Defaults are the DESIGN.md defaults. Settings are read from the environment
+(`HAKI_<NAME>`); tests build a `Settings(...)` directly.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from enum import Enum
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EmbedProvider(str, Enum):
+    """Which embedder turns texts into vectors."""
+
+    MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, loaded offline
+    HASHING = "hashing"  # deterministic hashing embedder, for tests that do not judge meaning
+
+
+class Settings(BaseSettings):
+    """Configuration of one server process."""
+
+    model_config = SettingsConfigDict(env_prefix="HAKI_", extra="ignore", frozen=True)
+
+    # --- serving
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("./.haki-data")
+    database_url: str | None = None
+    dev_mode: bool | None = None  # None: on when bound to loopback with the embedded database
+    graphiql: bool = True
+    introspection: bool = True
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+    statement_timeout_ms: int = 10_000
+    max_body_bytes: int = 64 * 1024 * 1024
+
+    # --- embedder
+    embed_provider: EmbedProvider = EmbedProvider.MINILM
+    embed_threads: int = 1
+    embed_batch_size: int = 64
+    query_cache_size: int = 1024
+
+    # --- GraphQL surface limits
+    max_query_depth: int = 10
+    max_aliases: int = 15
+    max_tokens: int = 2000
+    max_context_fields: int = 5
+
+    # --- the assembler (DESIGN.md "The assembler")
+    max_budget: int = 100_000
+    retrieval_top_k: int = 64
+    candidate_limit: int = 256
+    episode_top_k: int = 8
+    multi_hop_max_entities: int = 2
+    multi_hop_max_per_entity: int = 5
+    weight_similarity: float = 0.6
+    weight_full_text: float = 0.25
+    weight_recency: float = 0.15
+    recency_tau_days: float = 30.0
+    recall_max_distance: float = 0.0  # 0 = gate off
+    blocked_trace_limit: int = 256
+    episode_excerpt_chars: int = 300
+    max_query_lexemes: int = 32
+    # Scopes with at most this many rows are searched by an exact scan; larger
+    # ones by HNSW with iterative scans (see db/retrieval.py for why).
+    exact_scan_max_rows: int = 20_000
+    hnsw_ef_search: int = 200
+    hnsw_max_scan_tuples: int = 50_000
+
+    # --- volatility horizons, in days (SLOW is still served past its horizon)
+    horizon_slow_days: float = 365.0
+    horizon_volatile_days: float = 60.0
+    horizon_ephemeral_days: float = 7.0
+
+    # --- traces
+    trace_retention_days: float | None = None  # None = keep forever
+
+    @property
+    def embedded(self) -> bool:
+        """True when the server runs its own PostgreSQL (no HAKI_DATABASE_URL)."""
+        return not self.database_url
+
+    @property
+    def effective_dev_mode(self) -> bool:
+        """Local development mode: requests without a key use project `default`."""
+        if self.dev_mode is not None:
+            return self.dev_mode
+        return self.embedded and _is_loopback(self.host)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides (CLI flags) on top."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    return Settings(**clean)  # type: ignore[arg-type]
