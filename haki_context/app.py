@@ -58,7 +58,7 @@ class HakiGraphQL(GraphQL):
         super().__init__(schema, graphql_ide="graphiql" if graphiql else None, allow_queries_via_get=False)
 
     async def get_context(self, request: Any, response: Any) -> Any:
-        return build_context(request.state.runtime, request.state.project_id)
+        return build_context(request.app.state.runtime, request.scope["haki_project_id"])
 
     async def process_result(self, request: Any, result: ExecutionResult) -> Any:
         data: dict[str, Any] = {"data": result.data}
@@ -98,15 +98,14 @@ class GraphQLEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        state = scope.setdefault("state", {})
         if request.method != "POST":
-            state.setdefault("project_id", None)
+            scope["haki_project_id"] = None
             await self._view(scope, receive, send)
             return
         try:
             body = await self._read_body(request)
-            authenticator: Authenticator = state["authenticator"]
-            state["project_id"] = await authenticator.project_for(request.headers.get("authorization"))
+            authenticator: Authenticator = request.app.state.authenticator
+            scope["haki_project_id"] = await authenticator.project_for(request.headers.get("authorization"))
         except Exception as exc:  # noqa: BLE001 - every failure here gets a coded answer
             domain = exc if isinstance(exc, HakiError) else domain_error(exc)
             if domain is None:
@@ -191,20 +190,21 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     view = HakiGraphQL(schema, graphiql=settings.graphiql)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if runtime is not None:
-            yield _state(runtime, settings)
+            yield
             return
         rt, stack = await open_runtime(settings)
         async with stack:
+            _attach(app, rt, settings)
             log.info("serving GraphQL at http://%s:%s/graphql", settings.host, settings.port)
-            yield _state(rt, settings)
+            yield
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> JSONResponse:
-        rt: Runtime | None = request.state.runtime if hasattr(request.state, "runtime") else None
+        rt: Runtime | None = getattr(request.app.state, "runtime", None)
         if rt is None:
             return JSONResponse({"status": "starting"}, status_code=503)
         try:
@@ -224,11 +224,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    if runtime is not None:
+        _attach(app, runtime, settings)
+    return app
 
 
-def _state(rt: Runtime, settings: Settings) -> dict[str, Any]:
-    return {
-        "runtime": rt,
-        "authenticator": Authenticator(rt, dev_mode=settings.effective_dev_mode),
-    }
+def _attach(app: Starlette, rt: Runtime, settings: Settings) -> None:
+    """The process-wide resources every request reads (the server keeps no other state)."""
+    app.state.runtime = rt
+    app.state.authenticator = Authenticator(rt, dev_mode=settings.effective_dev_mode)

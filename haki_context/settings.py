@@ -10,7 +10,6 @@ import ipaddress
 from enum import Enum
 from pathlib import Path
 
-from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -68,9 +67,14 @@ class Settings(BaseSettings):
     max_query_lexemes: int = 32
     # Scopes with at most this many rows are searched by an exact scan; larger
     # ones by HNSW with iterative scans (see db/retrieval.py for why).
-    exact_scan_max_rows: int = 20_000
+    exact_scan_max_rows: int = 10_000
     hnsw_ef_search: int = 200
     hnsw_max_scan_tuples: int = 50_000
+    hnsw_fetch_rows: int = 128  # rows taken from an HNSW scan before re-sorting to the top k
+    # Episodes: candidates by vector (episode_top_k) and by full text (episode_text_k, 0 = off),
+    # ranked by "cosine" (the seed) or "hybrid" (the facts' score).
+    episode_text_k: int = 0
+    episode_ranking: str = "cosine"
 
     # --- volatility horizons, in days (SLOW is still served past its horizon)
     horizon_slow_days: float = 365.0

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from strawberry.dataloader import DataLoader
 
-from ..core import loading
+from ..core import loading, traces
 from ..core.models import ConflictSet, Event, Fact
+from ..core.packet import TraceDecision
 from ..core.runtime import Runtime
 
 
@@ -19,6 +20,7 @@ class Loaders:
     events: DataLoader[str, Event | None]
     facts: DataLoader[str, Fact | None]
     conflicts: DataLoader[str, ConflictSet | None]
+    decisions: DataLoader[str, list[TraceDecision]]
 
 
 def build_loaders(rt: Runtime, project_id: str) -> Loaders:
@@ -31,8 +33,12 @@ def build_loaders(rt: Runtime, project_id: str) -> Loaders:
     async def load_conflicts(ids: list[str]) -> Sequence[ConflictSet | None]:
         return await loading.conflicts_by_id(rt, project_id, ids)
 
+    async def load_decisions(ids: list[str]) -> Sequence[list[TraceDecision]]:
+        return await traces.decisions_by_trace(rt, project_id, ids)
+
     return Loaders(
         events=DataLoader(load_fn=load_events, max_batch_size=1000),
         facts=DataLoader(load_fn=load_facts, max_batch_size=1000),
         conflicts=DataLoader(load_fn=load_conflicts, max_batch_size=1000),
+        decisions=DataLoader(load_fn=load_decisions, max_batch_size=100),
     )

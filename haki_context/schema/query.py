@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import strawberry
 
-from ..resolvers import queries
+from ..resolvers import context_query, queries
 from .enums import ConflictStatus, FactStatus
+from .packet import ContextPacket, ContextTrace
 from .pagination import Connection, to_connection
 from .records import ConflictSetType, EventType, FactType
 
 
 @strawberry.type
 class Query:
+    @strawberry.field(description="Assemble the context packet for one subject: the hot path of every agent call.")
+    async def context(
+        self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = 900
+    ) -> ContextPacket:
+        return await context_query.context(info.context, subject_id, query, budget)  # type: ignore[return-value]
+
+    @strawberry.field(
+        description="A persisted trace of an earlier context call, by id; null when unknown or outside the caller's project."
+    )
+    async def trace(self, info: strawberry.Info, id: strawberry.ID) -> ContextTrace | None:
+        return await context_query.trace(info.context, id)  # type: ignore[return-value]
+
     @strawberry.field(description="A fact by id; null when unknown, malformed or outside the caller's project.")
     async def fact(self, info: strawberry.Info, id: strawberry.ID) -> FactType | None:
         return await queries.fact(info.context, id)  # type: ignore[return-value]

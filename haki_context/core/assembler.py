@@ -1,0 +1,381 @@
+"""The context assembler: `context(subjectId, query, budget)`, step by step.
+
+Read top to bottom, this module is the pipeline of DESIGN.md "The assembler":
+
+    1 validate  2 embed  3-4 candidates (phase 1 under the hard filters, phase 2 scoring)
+    5 block  6 recall gate  7 pack  8 multi-hop  9 episodes  10 packet  11 trace
+
+Each rule lives in one place: the hard filters and the search plan in
+db/retrieval.py (they must run inside SQL), the score in scoring.py, tokens and
+lines in packing.py, entities in entities.py; this module decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from ..db import retrieval
+from ..db import traces as db_traces
+from .entities import entities
+from .limits import check_budget, check_subject_id, clean_query
+from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
+from .packet import (
+    ContextPacket,
+    ContextTrace,
+    DecisionCounts,
+    Episode,
+    PacketFact,
+    TraceDecision,
+    TraceTimings,
+)
+from .packing import episode_line, fact_line, pack, render, tokens
+from .runtime import Runtime
+from .scoring import Components, Weights, components
+
+DEFAULT_BUDGET = 900
+
+
+@dataclass
+class _Fact:
+    """A fact candidate on its way through the pipeline."""
+
+    row: retrieval.FactRow
+    parts: Components
+    line: str
+    tokens: int
+    via_entity: str | None = None
+
+
+@dataclass
+class _Chunk:
+    row: retrieval.ChunkRow
+    parts: Components
+    score: float
+    line: str
+    tokens: int
+
+
+@dataclass
+class _Decisions:
+    """The trace being built: decisions in rank order, by section."""
+
+    facts: list[TraceDecision] = field(default_factory=list)
+    multi_hop: list[TraceDecision] = field(default_factory=list)
+    blocked: list[TraceDecision] = field(default_factory=list)
+    episodes: list[TraceDecision] = field(default_factory=list)
+
+    def all(self) -> tuple[TraceDecision, ...]:
+        return tuple(self.facts + self.multi_hop + self.blocked + self.episodes)
+
+
+async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None) -> ContextPacket:
+    """Assemble the context packet for one subject, and persist its trace before returning it."""
+    s = rt.settings
+    started = time.perf_counter()
+
+    # 1. Validate.
+    budget = check_budget(budget, DEFAULT_BUDGET, s.max_budget)
+    check_subject_id(subject_id)
+    query = clean_query(query)
+    now = datetime.now(timezone.utc)  # one instant for every statement of this call
+
+    # 2. Embed the query once (cached by text).
+    t = time.perf_counter()
+    vector = await rt.embedder.embed_query(query)
+    embed_ms = _ms(t)
+
+    # 3-4. Candidates under the hard filters, scored on the union only; episodes alongside.
+    t = time.perf_counter()
+    params = retrieval.SearchParams(
+        project_id=project_id,
+        subject_id=subject_id,
+        vector=vector,
+        query=query,
+        now=now,
+        max_lexemes=s.max_query_lexemes,
+        exact_max_rows=s.exact_scan_max_rows,
+        hnsw_fetch=s.hnsw_fetch_rows,
+        horizon_volatile_s=s.horizon_volatile_days * 86400.0,
+        horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
+    )
+    found, chunk_rows = await asyncio.gather(
+        _with_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit),
+        _with_conn(rt, retrieval.episode_candidates, params, s.episode_top_k, s.episode_text_k),
+    )
+    retrieve_ms = _ms(t)
+
+    t = time.perf_counter()
+    weights = Weights.from_settings(s)
+    decisions = _Decisions()
+    scored = sorted(
+        (_fact(row, now, weights) for row, _ in found.candidates),
+        key=lambda f: (-f.parts.score, f.row.id),
+    )[: s.candidate_limit]
+    expired_ids = {row.id for row, expired in found.candidates if expired}
+
+    # 5. Block: members of OPEN conflict sets, and VOLATILE/EPHEMERAL candidates past their horizon.
+    for row in found.blocked:
+        decisions.blocked.append(_blocked(row, ReasonCode.CONFLICT_OPEN))
+    servable: list[_Fact] = []
+    for f in scored:
+        if f.row.id in expired_ids:
+            decisions.blocked.append(_blocked(f.row, ReasonCode.VOLATILITY_EXPIRED, f.tokens))
+        else:
+            servable.append(f)
+
+    # 6. Recall gate: beyond the distance, excluded whatever budget remains.
+    gate = s.recall_max_distance
+    gated: set[str] = set()
+    if gate > 0:
+        gated = {f.row.id for f in servable if f.parts.distance > gate}
+
+    # 7. Pack facts by decreasing score.
+    eligible = [f for f in servable if f.row.id not in gated]
+    kept, _over, left = pack(eligible, lambda f: f.tokens, budget)
+    kept_ids = {f.row.id for f in kept}
+    for rank, f in enumerate(servable, start=1):
+        if f.row.id in gated:
+            decision, reason = Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
+        elif f.row.id in kept_ids:
+            decision, reason = Decision.INCLUDED, ReasonCode.TOP_SCORE
+        else:
+            decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
+        decisions.facts.append(_fact_decision(f, rank, decision, reason))
+    pack_ms = _ms(t)
+
+    # 8. Multi-hop: one hop through entities of the kept facts, full text only, never gated.
+    hopped: list[_Fact] = []
+    if kept and left > 0 and s.multi_hop_max_entities > 0:
+        names = entities((f.row.text for f in kept), query, s.multi_hop_max_entities)
+        if names:
+            t = time.perf_counter()
+            decided = [f.row.id for f in scored] + [r.id for r in found.blocked]
+            rows = await _with_conn(rt, retrieval.multi_hop, params, names, decided, s.multi_hop_max_per_entity)
+            retrieve_ms += _ms(t)
+            t = time.perf_counter()
+            seen: set[str] = set()
+            candidates = []
+            for entity, row in rows:
+                if row.id not in seen:
+                    seen.add(row.id)
+                    candidates.append(_fact(row, now, weights, via_entity=entity))
+            hopped, _, left = pack(candidates, lambda f: f.tokens, left)
+            hopped_ids = {f.row.id for f in hopped}
+            for rank, f in enumerate(candidates, start=len(servable) + 1):
+                if f.row.id in hopped_ids:
+                    decision, reason = Decision.INCLUDED, ReasonCode.MULTI_HOP_EXPANSION
+                else:
+                    decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
+                decisions.multi_hop.append(_fact_decision(f, rank, decision, reason))
+            pack_ms += _ms(t)
+
+    # 9. Episodes, packed into what is left of the same budget.
+    t = time.perf_counter()
+    chunks = sorted(
+        (_chunk(row, now, weights, s.episode_ranking) for row in chunk_rows),
+        key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
+    )[: s.episode_top_k]
+    gated_chunks = {(c.row.event_id, c.row.chunk) for c in chunks if gate > 0 and c.parts.distance > gate}
+    kept_chunks, _, left = pack(
+        [c for c in chunks if (c.row.event_id, c.row.chunk) not in gated_chunks], lambda c: c.tokens, left
+    )
+    kept_chunk_keys = {(c.row.event_id, c.row.chunk) for c in kept_chunks}
+    for rank, c in enumerate(chunks, start=1):
+        key = (c.row.event_id, c.row.chunk)
+        if key in gated_chunks:
+            decision, reason = Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
+        elif key in kept_chunk_keys:
+            decision, reason = Decision.INCLUDED, ReasonCode.TOP_SCORE
+        else:
+            decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
+        decisions.episodes.append(_chunk_decision(c, rank, decision, reason))
+
+    # 10. The packet.
+    packet_facts = tuple(
+        [_packet_fact(f, ReasonCode.TOP_SCORE) for f in kept]
+        + [_packet_fact(f, ReasonCode.MULTI_HOP_EXPANSION) for f in hopped]
+    )
+    episodes = tuple(_episode(c) for c in kept_chunks)
+    warnings = _warnings(found.blocked_total, len(expired_ids & {f.row.id for f in scored}))
+    considered = len(servable) + len(chunks)
+    gated_all = len(gated) + len(gated_chunks)
+    empty_reason = (
+        EmptyReason.NO_RELEVANT_MEMORY
+        if gate > 0 and considered > 0 and gated_all == considered and not packet_facts and not episodes
+        else None
+    )
+    used = sum(f.tokens for f in kept) + sum(f.tokens for f in hopped) + sum(c.tokens for c in kept_chunks)
+    rendered = render([f.line for f in kept] + [f.line for f in hopped] + [c.line for c in kept_chunks])
+    pack_ms += _ms(t)
+
+    # 11. The trace, persisted before the response returns.
+    all_decisions = decisions.all()
+    trace = ContextTrace(
+        id=str(uuid.uuid4()),
+        subject_id=subject_id,
+        query=query,
+        budget_tokens=budget,
+        used_tokens=used,
+        status=PacketStatus.DEGRADED if warnings else PacketStatus.OK,
+        empty_reason=empty_reason,
+        warnings=warnings,
+        created_at=now,
+        timings=TraceTimings(embed_ms, retrieve_ms, pack_ms, 0.0, _ms(started)),
+        counts=_counts(all_decisions),
+        reason_counts=_reason_counts(all_decisions),
+        facts_served=len(packet_facts),
+        episodes_served=len(episodes),
+        decisions=all_decisions,
+    )
+    async with rt.pool.acquire() as conn:
+        persist_ms = await db_traces.insert(conn, project_id, trace)
+    trace = _with_persist_timing(trace, persist_ms)
+    return ContextPacket(
+        trace_id=trace.id,
+        facts=packet_facts,
+        episodes=episodes,
+        warnings=warnings,
+        status=trace.status,
+        empty_reason=empty_reason,
+        budget_tokens=budget,
+        used_tokens=used,
+        rendered=rendered,
+        trace=trace,
+    )
+
+
+# --- helpers, in the order the pipeline uses them
+
+
+async def _with_conn(rt: Runtime, fn, *args):  # type: ignore[no-untyped-def]
+    async with rt.pool.acquire() as conn:
+        return await fn(conn, *args)
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000.0
+
+
+def _fact(row: retrieval.FactRow, now: datetime, w: Weights, via_entity: str | None = None) -> _Fact:
+    dated = row.valid_from or row.recorded_at
+    parts = components(row.distance or 0.0, row.full_text or 0.0, dated, now, w)
+    line = fact_line(row.text, dated)
+    return _Fact(row=row, parts=parts, line=line, tokens=tokens(line), via_entity=via_entity)
+
+
+def _blocked(row: retrieval.FactRow, reason: ReasonCode, item_tokens: int | None = None) -> TraceDecision:
+    line_tokens = item_tokens if item_tokens is not None else tokens(fact_line(row.text, row.valid_from or row.recorded_at))
+    return TraceDecision(
+        item_kind=ItemKind.FACT,
+        item_id=row.id,
+        chunk=None,
+        decision=Decision.BLOCKED,
+        reason_code=reason,
+        rank=None,
+        score=None,
+        similarity=None if row.distance is None else 1.0 - row.distance,
+        full_text=row.full_text,
+        recency=None,
+        distance=row.distance,
+        tokens=line_tokens,
+    )
+
+
+def _fact_decision(f: _Fact, rank: int, decision: Decision, reason: ReasonCode) -> TraceDecision:
+    return TraceDecision(
+        item_kind=ItemKind.FACT,
+        item_id=f.row.id,
+        chunk=None,
+        decision=decision,
+        reason_code=reason,
+        rank=rank,
+        score=f.parts.score,
+        similarity=f.parts.similarity,
+        full_text=f.parts.full_text,
+        recency=f.parts.recency,
+        distance=f.parts.distance,
+        tokens=f.tokens,
+        via_entity=f.via_entity,
+    )
+
+
+def _chunk(row: retrieval.ChunkRow, now: datetime, w: Weights, ranking: str) -> _Chunk:
+    parts = components(row.distance, row.full_text, row.occurred_at, now, w)
+    # The seed ranks episodes by cosine similarity alone; "hybrid" ranks them like facts.
+    score = parts.score if ranking == "hybrid" else parts.similarity
+    line = episode_line(row.excerpt, row.occurred_at)
+    return _Chunk(row=row, parts=parts, score=score, line=line, tokens=tokens(line))
+
+
+def _chunk_decision(c: _Chunk, rank: int, decision: Decision, reason: ReasonCode) -> TraceDecision:
+    return TraceDecision(
+        item_kind=ItemKind.EPISODE,
+        item_id=c.row.event_id,
+        chunk=c.row.chunk,
+        decision=decision,
+        reason_code=reason,
+        rank=rank,
+        score=c.score,
+        similarity=c.parts.similarity,
+        full_text=c.parts.full_text,
+        recency=c.parts.recency,
+        distance=c.parts.distance,
+        tokens=c.tokens,
+    )
+
+
+def _packet_fact(f: _Fact, reason: ReasonCode) -> PacketFact:
+    r = f.row
+    return PacketFact(
+        id=r.id,
+        predicate=r.predicate,
+        value=r.value,
+        confidence=r.confidence,
+        valid_from=r.valid_from,
+        valid_to=r.valid_to,
+        source_event_ids=r.source_event_ids,
+        score=f.parts.score,
+        tokens=f.tokens,
+        reason_code=reason,
+        via_entity=f.via_entity,
+    )
+
+
+def _episode(c: _Chunk) -> Episode:
+    r = c.row
+    return Episode(r.event_id, r.chunk, r.kind, r.occurred_at, r.excerpt, c.score, c.tokens)
+
+
+def _warnings(open_conflict: int, expired: int) -> tuple[str, ...]:
+    out = []
+    if open_conflict:
+        out.append(f"open_conflict: {open_conflict} fact(s) hidden pending conflict resolution")
+    if expired:
+        out.append(f"volatility_expired: {expired} fact(s) hidden past their volatility horizon")
+    return tuple(out)
+
+
+def _counts(decisions: tuple[TraceDecision, ...]) -> DecisionCounts:
+    return DecisionCounts(
+        included=sum(d.decision is Decision.INCLUDED for d in decisions),
+        excluded=sum(d.decision is Decision.EXCLUDED for d in decisions),
+        blocked=sum(d.decision is Decision.BLOCKED for d in decisions),
+    )
+
+
+def _reason_counts(decisions: tuple[TraceDecision, ...]) -> dict[ReasonCode, int]:
+    counts = {code: 0 for code in ReasonCode}
+    for d in decisions:
+        counts[d.reason_code] += 1
+    return counts
+
+
+def _with_persist_timing(trace: ContextTrace, persist_ms: float) -> ContextTrace:
+    from dataclasses import replace
+
+    timings = replace(trace.timings, persist_ms=persist_ms, total_ms=trace.timings.total_ms + persist_ms)
+    return replace(trace, timings=timings)

@@ -1,0 +1,288 @@
+"""The assembler's SQL: fact candidates (with blocking), episode candidates, multi-hop.
+
+Hard filters live here, inside the statements, never after scoring: status
+ACTIVE, the exact (project, subject), `valid_to` not passed and `valid_from`
+not in the future, all against one `now` the caller passes to every statement.
+
+Vector search plan, chosen per statement by the scope's row count (kept in
+`subjects` by the write path), with a one-time filter so only one branch runs:
+- scopes up to `exact_max_rows` rows: an exact scan of the scope (recall 1.0);
+- larger scopes: HNSW with `hnsw.iterative_scan = relaxed_order` (set on every
+  pooled connection) and a large `ef_search`, over-fetched and re-sorted.
+Without the iterative scan pgvector's filtered HNSW plan silently returns ~4
+of 64 rows (measured on this stack, see shared/reference/stack.md).
+
+The full-text query is the OR of the distinct lexemes of
+`to_tsvector('english', query)` (stop words gone, words stemmed), quoted into
+a `tsquery` value: user text is never parsed as tsquery syntax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import numpy as np
+
+# The OR of at most $n lexemes of a text, in order of first appearance; NULL when none.
+_LEXEME_QUERY = """
+    (SELECT string_agg('''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || '''', ' | ')::tsquery
+       FROM (SELECT lexeme FROM unnest(to_tsvector('english', {text})) ORDER BY positions[1], lexeme
+             LIMIT {limit}) lexemes)
+"""
+
+_FACT_SCOPE = """
+    f.project_id = $1 AND f.subject_id = $2 AND f.status = 'ACTIVE'
+    AND (f.valid_to IS NULL OR f.valid_to > $5) AND (f.valid_from IS NULL OR f.valid_from <= $5)
+"""
+
+# VOLATILE and EPHEMERAL facts expire `horizon` after coalesce(last_reinforced_at, valid_from, recorded_at).
+_EXPIRED = """
+    (f.volatility = 'VOLATILE' AND coalesce(f.last_reinforced_at, f.valid_from, f.recorded_at)
+        + make_interval(secs => {volatile}) < $5)
+    OR (f.volatility = 'EPHEMERAL' AND coalesce(f.last_reinforced_at, f.valid_from, f.recorded_at)
+        + make_interval(secs => {ephemeral}) < $5)
+"""
+
+_FACT_COLUMNS = """
+    f.id, f.predicate, f.value, f.confidence, f.valid_from, f.valid_to, f.recorded_at,
+    f.last_reinforced_at, f.source_event_ids, f.volatility, f.text
+"""
+
+FACT_CANDIDATES_SQL = f"""
+WITH tq AS (SELECT {_LEXEME_QUERY.format(text="$4::text", limit="$8")} AS q),
+size AS (SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n),
+vec_exact AS (
+    SELECT id FROM (
+        SELECT f.id, f.embedding <=> $3 AS d FROM facts f
+        WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL OFFSET 0) s
+    WHERE (SELECT n FROM size) <= $7
+    ORDER BY d, id LIMIT $6
+),
+vec_hnsw AS (
+    SELECT id FROM (
+        SELECT f.id, f.embedding <=> $3 AS d FROM facts f
+        WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND (SELECT n FROM size) > $7
+        ORDER BY f.embedding <=> $3 LIMIT $12) s
+    ORDER BY d, id LIMIT $6
+),
+fts AS (
+    SELECT f.id FROM facts f, tq
+    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND f.search_vector @@ tq.q
+    ORDER BY ts_rank_cd(f.search_vector, tq.q) DESC, f.id LIMIT $6
+),
+candidates AS (SELECT id FROM vec_exact UNION SELECT id FROM vec_hnsw UNION SELECT id FROM fts),
+blocked AS (
+    SELECT f.id FROM facts f
+    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NOT NULL
+    ORDER BY f.id LIMIT $9
+)
+SELECT 'C' AS role, {_FACT_COLUMNS},
+       f.embedding <=> $3 AS distance,
+       CASE WHEN f.search_vector @@ tq.q THEN ts_rank_cd(f.search_vector, tq.q) ELSE 0 END AS full_text,
+       ({_EXPIRED.format(volatile="$10", ephemeral="$11")}) AS expired,
+       0::bigint AS blocked_total
+FROM candidates c JOIN facts f ON f.project_id = $1 AND f.id = c.id, tq
+UNION ALL
+SELECT 'B', {_FACT_COLUMNS}, NULL, NULL, false,
+       (SELECT count(*) FROM facts f WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NOT NULL)
+FROM blocked b JOIN facts f ON f.project_id = $1 AND f.id = b.id
+"""
+
+_CHUNK_SCOPE = "c.project_id = $1 AND c.subject_id = $2"
+
+EPISODE_CANDIDATES_SQL = f"""
+WITH tq AS (SELECT {_LEXEME_QUERY.format(text="$4::text", limit="$7")} AS q),
+size AS (SELECT coalesce((SELECT chunk_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n),
+vec_exact AS (
+    SELECT event_id, chunk FROM (
+        SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
+        WHERE {_CHUNK_SCOPE} OFFSET 0) s
+    WHERE (SELECT n FROM size) <= $6
+    ORDER BY d, event_id, chunk LIMIT $5
+),
+vec_hnsw AS (
+    SELECT event_id, chunk FROM (
+        SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
+        WHERE {_CHUNK_SCOPE} AND (SELECT n FROM size) > $6
+        ORDER BY c.embedding <=> $3 LIMIT $9) s
+    ORDER BY d, event_id, chunk LIMIT $5
+),
+fts AS (
+    SELECT c.event_id, c.chunk FROM episode_chunks c, tq
+    WHERE {_CHUNK_SCOPE} AND $8 > 0 AND c.search_vector @@ tq.q
+    ORDER BY ts_rank_cd(c.search_vector, tq.q) DESC, c.event_id, c.chunk LIMIT $8
+),
+candidates AS (
+    SELECT event_id, chunk FROM vec_exact UNION SELECT event_id, chunk FROM vec_hnsw
+    UNION SELECT event_id, chunk FROM fts
+)
+SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt,
+       c.embedding <=> $3 AS distance,
+       CASE WHEN c.search_vector @@ tq.q THEN ts_rank_cd(c.search_vector, tq.q) ELSE 0 END AS full_text
+FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk, tq
+"""
+
+MULTI_HOP_SQL = f"""
+SELECT e.entity, e.ord, {_FACT_COLUMNS},
+       f.embedding <=> $3 AS distance, f.full_text
+FROM unnest($4::text[]) WITH ORDINALITY AS e(entity, ord)
+CROSS JOIN LATERAL (
+    SELECT f.*, ts_rank_cd(f.search_vector, tq.q) AS full_text
+    FROM (SELECT {_LEXEME_QUERY.format(text="e.entity", limit="$8")} AS q) tq, facts f
+    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND NOT ({_EXPIRED.format(volatile="$9", ephemeral="$10")})
+      AND f.id <> ALL($6::uuid[]) AND f.search_vector @@ tq.q
+    ORDER BY ts_rank_cd(f.search_vector, tq.q) DESC, f.id
+    LIMIT $7
+) f
+ORDER BY e.ord, f.full_text DESC, f.id
+"""
+
+
+@dataclass(frozen=True)
+class FactRow:
+    """A fact as the assembler sees it: what packing and tracing need, never the embedding."""
+
+    id: str
+    predicate: str
+    value: Any
+    confidence: float | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+    recorded_at: datetime
+    last_reinforced_at: datetime | None
+    source_event_ids: tuple[str, ...]
+    volatility: str
+    text: str
+    distance: float | None
+    full_text: float | None
+
+
+@dataclass(frozen=True)
+class FactCandidates:
+    candidates: list[tuple[FactRow, bool]]  # (row, volatility expired)
+    blocked: list[FactRow]  # members of OPEN conflict sets, at most `blocked_limit`
+    blocked_total: int
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    event_id: str
+    chunk: int
+    kind: str
+    occurred_at: datetime
+    excerpt: str
+    distance: float
+    full_text: float
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """What every retrieval statement of one call shares."""
+
+    project_id: str
+    subject_id: str
+    vector: np.ndarray
+    query: str
+    now: datetime
+    max_lexemes: int
+    exact_max_rows: int
+    hnsw_fetch: int  # rows taken from the HNSW scan before re-sorting
+    horizon_volatile_s: float
+    horizon_ephemeral_s: float
+
+
+def _fact_row(r: asyncpg.Record) -> FactRow:
+    return FactRow(
+        id=str(r["id"]),
+        predicate=r["predicate"],
+        value=r["value"],
+        confidence=r["confidence"],
+        valid_from=r["valid_from"],
+        valid_to=r["valid_to"],
+        recorded_at=r["recorded_at"],
+        last_reinforced_at=r["last_reinforced_at"],
+        source_event_ids=tuple(str(i) for i in r["source_event_ids"]),
+        volatility=r["volatility"],
+        text=r["text"],
+        distance=r["distance"],
+        full_text=r["full_text"],
+    )
+
+
+async def fact_candidates(
+    conn: asyncpg.Connection, p: SearchParams, top_k: int, blocked_limit: int
+) -> FactCandidates:
+    """Phase 1 and 2 in one statement: the union of vector and full-text top-k, scored
+    components for each, plus the scope's facts held in OPEN conflict sets."""
+    rows = await conn.fetch(
+        FACT_CANDIDATES_SQL,
+        p.project_id,
+        p.subject_id,
+        p.vector,
+        p.query,
+        p.now,
+        top_k,
+        p.exact_max_rows,
+        p.max_lexemes,
+        blocked_limit,
+        p.horizon_volatile_s,
+        p.horizon_ephemeral_s,
+        max(top_k, p.hnsw_fetch),
+    )
+    candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
+    blocked_rows = [r for r in rows if r["role"] == "B"]
+    total = int(blocked_rows[0]["blocked_total"]) if blocked_rows else 0
+    return FactCandidates(candidates, [_fact_row(r) for r in blocked_rows], total)
+
+
+async def episode_candidates(
+    conn: asyncpg.Connection, p: SearchParams, vector_k: int, text_k: int
+) -> list[ChunkRow]:
+    """Episode chunks of the scope: the vector top-k, plus the full-text top-k when `text_k` > 0."""
+    rows = await conn.fetch(
+        EPISODE_CANDIDATES_SQL,
+        p.project_id,
+        p.subject_id,
+        p.vector,
+        p.query,
+        vector_k,
+        p.exact_max_rows,
+        p.max_lexemes,
+        text_k,
+        max(vector_k, p.hnsw_fetch),
+    )
+    return [
+        ChunkRow(
+            event_id=str(r["event_id"]),
+            chunk=r["chunk"],
+            kind=r["kind"],
+            occurred_at=r["occurred_at"],
+            excerpt=r["excerpt"],
+            distance=r["distance"],
+            full_text=r["full_text"],
+        )
+        for r in rows
+    ]
+
+
+async def multi_hop(
+    conn: asyncpg.Connection, p: SearchParams, entities: list[str], exclude_ids: list[str], per_entity: int
+) -> list[tuple[str, FactRow]]:
+    """For each entity in order, up to `per_entity` servable facts matching it, by full-text rank then id."""
+    rows = await conn.fetch(
+        MULTI_HOP_SQL,
+        p.project_id,
+        p.subject_id,
+        p.vector,
+        entities,
+        p.now,
+        exclude_ids,
+        per_entity,
+        p.max_lexemes,
+        p.horizon_volatile_s,
+        p.horizon_ephemeral_s,
+    )
+    return [(r["entity"], _fact_row(r)) for r in rows]

@@ -1,0 +1,116 @@
+"""SQL for context traces and their decisions."""
+
+from __future__ import annotations
+
+import time
+
+import asyncpg
+
+from typing import Any
+
+# Per-trace counts by reason code: stored on the trace so stats never scan decisions.
+REASON_COLUMNS: dict[str, str] = {
+    "TOP_SCORE": "n_top_score",
+    "MULTI_HOP_EXPANSION": "n_multi_hop",
+    "OVER_BUDGET": "n_over_budget",
+    "BELOW_RELEVANCE_FLOOR": "n_below_floor",
+    "CONFLICT_OPEN": "n_conflict_open",
+    "VOLATILITY_EXPIRED": "n_volatility_expired",
+}
+
+TRACE_COLUMNS = (
+    "id, subject_id, query, budget_tokens, used_tokens, status, empty_reason, warnings, created_at, "
+    "embed_ms, retrieve_ms, pack_ms, persist_ms, total_ms, facts_served, episodes_served, "
+    "n_included, n_excluded, n_blocked, " + ", ".join(REASON_COLUMNS.values())
+)
+
+_INSERT = f"""
+WITH trace AS (
+    INSERT INTO context_traces (project_id, {TRACE_COLUMNS})
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+            $18, $19, $20, $21, $22, $23, $24, $25, $26)
+    RETURNING id
+)
+INSERT INTO trace_decisions (project_id, trace_id, ord, item_kind, item_id, chunk, decision, reason_code,
+                             rank, score, similarity, full_text, recency, distance, tokens, via_entity)
+SELECT $1, (SELECT id FROM trace), d.*
+FROM unnest($27::int[], $28::text[], $29::uuid[], $30::int[], $31::text[], $32::text[], $33::int[],
+            $34::float8[], $35::float8[], $36::float8[], $37::float8[], $38::float8[], $39::int[],
+            $40::text[]) AS d
+"""
+
+
+async def insert(conn: asyncpg.Connection, project_id: str, trace: Any) -> float:
+    """Write a trace (core.packet.ContextTrace) and its decisions in one transaction of two
+    statements (the second records the write's own duration). Returns that duration in ms."""
+    decisions = trace.decisions or ()
+    async with conn.transaction():
+        started = time.perf_counter()
+        await conn.execute(
+            _INSERT,
+            project_id,
+            trace.id,
+            trace.subject_id,
+            trace.query,
+            trace.budget_tokens,
+            trace.used_tokens,
+            trace.status.value,
+            trace.empty_reason.value if trace.empty_reason else None,
+            list(trace.warnings),
+            trace.created_at,
+            trace.timings.embed_ms,
+            trace.timings.retrieve_ms,
+            trace.timings.pack_ms,
+            0.0,
+            0.0,
+            trace.facts_served,
+            trace.episodes_served,
+            trace.counts.included,
+            trace.counts.excluded,
+            trace.counts.blocked,
+            *[trace.reason_counts.get(code, 0) for code in REASON_COLUMNS],
+            list(range(1, len(decisions) + 1)),
+            [d.item_kind.value for d in decisions],
+            [d.item_id for d in decisions],
+            [d.chunk for d in decisions],
+            [d.decision.value for d in decisions],
+            [d.reason_code.value for d in decisions],
+            [d.rank for d in decisions],
+            [d.score for d in decisions],
+            [d.similarity for d in decisions],
+            [d.full_text for d in decisions],
+            [d.recency for d in decisions],
+            [d.distance for d in decisions],
+            [d.tokens for d in decisions],
+            [d.via_entity for d in decisions],
+        )
+        persist_ms = (time.perf_counter() - started) * 1000.0
+        total_ms = trace.timings.total_ms + persist_ms
+        await conn.execute(
+            "UPDATE context_traces SET persist_ms = $3, total_ms = $4 WHERE project_id = $1 AND id = $2",
+            project_id,
+            trace.id,
+            persist_ms,
+            total_ms,
+        )
+    return persist_ms
+
+
+async def get_traces(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record]:
+    """Trace rows of these ids (any order; unknown ids are absent)."""
+    return await conn.fetch(
+        f"SELECT {TRACE_COLUMNS} FROM context_traces WHERE project_id = $1 AND id = ANY($2::uuid[])",
+        project_id,
+        ids,
+    )
+
+
+async def decisions_for(conn: asyncpg.Connection, project_id: str, trace_ids: list[str]) -> list[asyncpg.Record]:
+    """Decision rows of many traces in one query, by trace then in the order they were written."""
+    return await conn.fetch(
+        "SELECT trace_id, item_kind, item_id, chunk, decision, reason_code, rank, score, similarity,"
+        " full_text, recency, distance, tokens, via_entity FROM trace_decisions"
+        " WHERE project_id = $1 AND trace_id = ANY($2::uuid[]) ORDER BY trace_id, ord",
+        project_id,
+        trace_ids,
+    )

@@ -1,0 +1,24 @@
+"""Resolvers of `context` and `trace`."""
+
+from __future__ import annotations
+
+from ..core import assembler, traces
+from ..core.packet import ContextPacket, ContextTrace, TraceDecision
+from .context import RequestContext
+
+
+async def context(ctx: RequestContext, subject_id: str, query: str, budget: int | None) -> ContextPacket:
+    packet = await assembler.assemble(ctx.rt, ctx.project_id, subject_id, query, budget)
+    # The decisions are in hand: a later `trace.decisions` of this request needs no query.
+    ctx.loaders.decisions.prime(packet.trace.id, list(packet.trace.decisions or ()))
+    return packet
+
+
+async def trace(ctx: RequestContext, id: str) -> ContextTrace | None:
+    return (await traces.traces_by_id(ctx.rt, ctx.project_id, [id]))[0]
+
+
+async def decisions(ctx: RequestContext, trace: ContextTrace) -> list[TraceDecision]:
+    if trace.decisions is not None:
+        return list(trace.decisions)
+    return await ctx.loaders.decisions.load(trace.id)

@@ -1,0 +1,144 @@
+"""GraphQL types of the context packet and its trace."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.scalars import JSON
+
+from ..core.models import Decision as CoreDecision
+from ..core.models import ItemKind as CoreItemKind
+from ..resolvers import context_query, queries
+from .enums import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
+from .records import EventType, FactType
+
+
+@strawberry.type(description="How long each step of a context call took, in milliseconds.")
+class TraceTimings:
+    embed_ms: float = strawberry.field(description="Embedding the query (0 when the query cache hit).")
+    retrieve_ms: float = strawberry.field(description="The retrieval statements (candidates, episodes, multi-hop).")
+    pack_ms: float = strawberry.field(description="Scoring, blocking, gating and packing in the server.")
+    persist_ms: float = strawberry.field(description="Writing the trace.")
+    total_ms: float = strawberry.field(description="The whole call, trace write included.")
+
+
+@strawberry.type(description="Decisions of one trace, by kind.")
+class DecisionCounts:
+    included: int = strawberry.field(description="Items served.")
+    excluded: int = strawberry.field(description="Items considered and not served (budget, relevance floor).")
+    blocked: int = strawberry.field(description="Facts never eligible (open conflict, volatility expired).")
+
+
+@strawberry.type(description="One fact or episode considered by a context call, and what was decided.")
+class TraceDecision:
+    item_kind: ItemKind = strawberry.field(description="FACT or EPISODE.")
+    item_id: strawberry.ID = strawberry.field(description="The fact id, or the event id of an episode.")
+    chunk: int | None = strawberry.field(description="For an episode: its chunk position; null for facts.")
+    decision: Decision = strawberry.field(description="INCLUDED, EXCLUDED or BLOCKED.")
+    reason_code: ReasonCode = strawberry.field(description="Why.")
+    rank: int | None = strawberry.field(description="1-based position in score order; null for blocked items.")
+    score: float | None = strawberry.field(description="Hybrid score; null for blocked items.")
+    similarity: float | None = strawberry.field(description="1 - cosine distance.")
+    full_text: float | None = strawberry.field(description="Full-text rank (ts_rank_cd).")
+    recency: float | None = strawberry.field(description="exp(-age / 30 days) with the defaults.")
+    distance: float | None = strawberry.field(description="Cosine distance to the query.")
+    tokens: int = strawberry.field(description="Tokens the item takes (or would take) in `rendered`.")
+    via_entity: str | None = strawberry.field(description="The shared entity, for MULTI_HOP_EXPANSION.")
+
+    @strawberry.field(description="The fact, when itemKind is FACT.")
+    async def fact(self, info: strawberry.Info) -> FactType | None:
+        if self.item_kind is not CoreItemKind.FACT:
+            return None
+        return await queries.fact_of(info.context, self.item_id)  # type: ignore[return-value]
+
+    @strawberry.field(description="The event, when itemKind is EPISODE.")
+    async def event(self, info: strawberry.Info) -> EventType | None:
+        if self.item_kind is not CoreItemKind.EPISODE:
+            return None
+        return await queries.event_of(info.context, self.item_id)  # type: ignore[return-value]
+
+
+@strawberry.type(description="The persisted record of one context call: every item considered and why.")
+class ContextTrace:
+    id: strawberry.ID = strawberry.field(description="The trace id (= the packet's traceId).")
+    subject_id: str = strawberry.field(description="The subject asked about.")
+    query: str = strawberry.field(description="The query as received (NUL stripped).")
+    budget_tokens: int = strawberry.field(description="The token budget of the call.")
+    used_tokens: int = strawberry.field(description="Tokens served.")
+    status: PacketStatus = strawberry.field(description="OK, or DEGRADED when warnings exist.")
+    empty_reason: EmptyReason | None = strawberry.field(description="NO_RELEVANT_MEMORY when the gate emptied it.")
+    warnings: list[str] = strawberry.field(description="Warnings of the packet.")
+    created_at: datetime = strawberry.field(description="The call's instant ('now' of every statement).")
+    timings: TraceTimings = strawberry.field(description="Where the time went.")
+    counts: DecisionCounts = strawberry.field(description="Decisions by kind.")
+
+    @strawberry.field(description="One row per fact or episode considered, in rank order; filter by decision.")
+    async def decisions(
+        self, info: strawberry.Info, decision: Decision | None = None, item_kind: ItemKind | None = None
+    ) -> list[TraceDecision]:
+        rows = await context_query.decisions(info.context, self)  # type: ignore[arg-type]
+        if decision is not None:
+            rows = [r for r in rows if r.decision is CoreDecision(decision.value)]
+        if item_kind is not None:
+            rows = [r for r in rows if r.item_kind is CoreItemKind(item_kind.value)]
+        return rows  # type: ignore[return-value]
+
+
+@strawberry.type(description="A fact served in a packet.")
+class PacketFact:
+    id: strawberry.ID = strawberry.field(description="The fact id.")
+    predicate: str = strawberry.field(description="The fact's predicate.")
+    value: JSON = strawberry.field(description="The fact's value.")
+    confidence: float | None = strawberry.field(description="The writer's confidence, 0..1.")
+    valid_from: datetime | None = strawberry.field(description="Business validity start.")
+    valid_to: datetime | None = strawberry.field(description="Business validity end.")
+    score: float = strawberry.field(description="The hybrid score it was ranked by.")
+    tokens: int = strawberry.field(description="Tokens it takes in `rendered`.")
+    reason_code: ReasonCode = strawberry.field(description="TOP_SCORE or MULTI_HOP_EXPANSION.")
+    via_entity: str | None = strawberry.field(description="The shared entity, for MULTI_HOP_EXPANSION.")
+
+    @strawberry.field(description="Ids of the events this fact was drawn from.")
+    def source_event_ids(self) -> list[strawberry.ID]:
+        return list(self.source_event_ids)  # type: ignore[arg-type]
+
+    @strawberry.field(description="Source events, loaded in one batch for the whole packet (DataLoader).")
+    async def source_events(self, info: strawberry.Info) -> list[EventType]:
+        return await queries.events_of(info.context, self.source_event_ids)  # type: ignore[return-value,arg-type]
+
+    @strawberry.field(description="The whole fact record.")
+    async def fact(self, info: strawberry.Info) -> FactType:
+        return await queries.fact_of(info.context, self.id)  # type: ignore[return-value]
+
+
+@strawberry.type(description="A dated episode chunk served in a packet.")
+class Episode:
+    event_id: strawberry.ID = strawberry.field(description="The event this chunk belongs to.")
+    chunk: int = strawberry.field(description="0-based position of this chunk inside its event.")
+    kind: str = strawberry.field(description="The event's kind.")
+    occurred_at: datetime = strawberry.field(description="When the event happened.")
+    excerpt: str = strawberry.field(description="The chunk as served.")
+    score: float = strawberry.field(description="Its ranking score (seed defaults: cosine similarity).")
+    tokens: int = strawberry.field(description="Tokens it takes in `rendered`.")
+
+    @strawberry.field(description="The whole event record.")
+    async def event(self, info: strawberry.Info) -> EventType:
+        return await queries.event_of(info.context, self.event_id)  # type: ignore[return-value]
+
+
+@strawberry.type(description="What to put in the prompt: facts and episodes under a token budget, with the trace.")
+class ContextPacket:
+    trace_id: strawberry.ID = strawberry.field(description="Id of the persisted trace of this call.")
+    facts: list[PacketFact] = strawberry.field(description="By decreasing score; multi-hop facts after the main pack.")
+    episodes: list[Episode] = strawberry.field(description="After the facts, in the same budget.")
+    warnings: list[str] = strawberry.field(description="e.g. open_conflict: 2 fact(s) hidden pending conflict resolution")
+    status: PacketStatus = strawberry.field(description="DEGRADED exactly when warnings is not empty.")
+    empty_reason: EmptyReason | None = strawberry.field(
+        description="NO_RELEVANT_MEMORY only when the recall gate emptied a non-empty candidate set."
+    )
+    budget_tokens: int = strawberry.field(description="The budget asked for.")
+    used_tokens: int = strawberry.field(description="Sum of the tokens of every served fact and episode.")
+    rendered: str = strawberry.field(
+        description='The packet as one compact text block ready to put in a prompt ("" when nothing is served).'
+    )
+    trace: ContextTrace = strawberry.field(description="The persisted decision trace of this very call.")
