@@ -10,7 +10,10 @@ Vector search plan, chosen per statement by the scope's row count (kept in
 - larger scopes: HNSW with `hnsw.iterative_scan = relaxed_order` (set on every
   pooled connection) and a large `ef_search`, over-fetched and re-sorted.
 Without the iterative scan pgvector's filtered HNSW plan silently returns ~4
-of 64 rows (measured on this stack, see shared/reference/stack.md).
+of 64 rows (measured on this stack, see shared/reference/stack.md). The
+re-sort orders by `d + 0` on purpose: ordering by `d` itself lets the planner
+trust the index's (relaxed, so wrong) order and stop after k rows, which
+silently drops the over-fetch.
 
 The full-text query is the OR of the distinct lexemes of
 `to_tsvector('english', query)` (stop words gone, words stemmed), quoted into
@@ -61,13 +64,12 @@ vec_exact AS (
     WHERE (SELECT n FROM size) <= $7
     ORDER BY d, id LIMIT $6
 ),
-vec_hnsw AS (
-    SELECT id FROM (
-        SELECT f.id, f.embedding <=> $3 AS d FROM facts f
-        WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND (SELECT n FROM size) > $7
-        ORDER BY f.embedding <=> $3 LIMIT $12) s
-    ORDER BY d, id LIMIT $6
+hnsw_scan AS MATERIALIZED (
+    SELECT f.id, f.embedding <=> $3 AS d FROM facts f
+    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND (SELECT n FROM size) > $7
+    ORDER BY f.embedding <=> $3 LIMIT $12
 ),
+vec_hnsw AS (SELECT id FROM hnsw_scan ORDER BY d + 0, id LIMIT $6),
 fts AS (
     SELECT f.id FROM facts f, tq
     WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND f.search_vector @@ tq.q
@@ -103,13 +105,12 @@ vec_exact AS (
     WHERE (SELECT n FROM size) <= $6
     ORDER BY d, event_id, chunk LIMIT $5
 ),
-vec_hnsw AS (
-    SELECT event_id, chunk FROM (
-        SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
-        WHERE {_CHUNK_SCOPE} AND (SELECT n FROM size) > $6
-        ORDER BY c.embedding <=> $3 LIMIT $9) s
-    ORDER BY d, event_id, chunk LIMIT $5
+hnsw_scan AS MATERIALIZED (
+    SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
+    WHERE {_CHUNK_SCOPE} AND (SELECT n FROM size) > $6
+    ORDER BY c.embedding <=> $3 LIMIT $9
 ),
+vec_hnsw AS (SELECT event_id, chunk FROM hnsw_scan ORDER BY d + 0, event_id, chunk LIMIT $5),
 fts AS (
     SELECT c.event_id, c.chunk FROM episode_chunks c, tq
     WHERE {_CHUNK_SCOPE} AND $8 > 0 AND c.search_vector @@ tq.q

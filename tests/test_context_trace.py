@@ -1,0 +1,99 @@
+"""The persisted trace: every item considered, the same through `trace(id)`, scoped to the project."""
+
+from __future__ import annotations
+
+from conftest import GraphQLClient, client_for
+from contextlib_helpers import FULL_SELECTION, assert_fact, context, decisions, record
+
+from haki_context.core import keys
+from haki_context.core.runtime import Runtime
+from haki_context.db import keys as db_keys
+
+TRACE_SELECTION = FULL_SELECTION[FULL_SELECTION.index("trace {") + len("trace") :]
+
+
+async def test_trace_by_id_returns_exactly_what_the_packet_returned(client: GraphQLClient, subject: str) -> None:
+    await assert_fact(client, subject, "a", "alpha beta")
+    await assert_fact(client, subject, "b", "beta gamma")
+    await assert_fact(client, subject, "c", "one")
+    await assert_fact(client, subject, "c", "two", mode="CONTEST")
+    await record(client, subject, ["alpha event", "beta event"])
+    packet = await context(client, subject, "alpha beta", budget=12)
+    again = await client.execute(f"query($id: ID!) {{ trace(id: $id) {TRACE_SELECTION} }}", {"id": packet["traceId"]})
+    assert again["trace"] == packet["trace"]
+    assert packet["trace"]["id"] == packet["traceId"]
+
+
+async def test_trace_has_a_row_for_every_item_considered(client: GraphQLClient, subject: str) -> None:
+    for i in range(5):
+        await assert_fact(client, subject, f"p{i}", f"value {i}")
+    await assert_fact(client, subject, "p0", "other", mode="CONTEST")
+    await record(client, subject, [f"event {i}" for i in range(3)])
+    packet = await context(client, subject, "value")
+    rows = packet["trace"]["decisions"]
+    facts = decisions(packet, itemKind="FACT")
+    assert len(facts) == 6  # 4 candidates + 2 blocked members of the open set
+    assert len(decisions(packet, itemKind="EPISODE")) == 3
+    counts = packet["trace"]["counts"]
+    assert counts["included"] + counts["excluded"] + counts["blocked"] == len(rows)
+    assert counts["blocked"] == 2
+    for d in rows:
+        if d["decision"] != "BLOCKED":
+            assert d["rank"] >= 1 and d["score"] is not None and d["similarity"] is not None
+            assert d["recency"] is not None and d["fullText"] is not None and d["distance"] is not None
+        assert d["tokens"] >= 1
+
+
+async def test_decisions_filter_by_decision_and_kind(client: GraphQLClient, subject: str) -> None:
+    await assert_fact(client, subject, "a", "one")
+    await assert_fact(client, subject, "a", "two", mode="CONTEST")
+    await assert_fact(client, subject, "b", "three")
+    await record(client, subject, ["an event"])
+    packet = await context(client, subject, "one two three", selection="traceId")
+    data = await client.execute(
+        "query($id: ID!) { trace(id: $id) { blocked: decisions(decision: BLOCKED) { itemKind }"
+        " episodes: decisions(itemKind: EPISODE) { decision } } }",
+        {"id": packet["traceId"]},
+    )
+    assert data["trace"]["blocked"] == [{"itemKind": "FACT"}, {"itemKind": "FACT"}]
+    assert data["trace"]["episodes"] == [{"decision": "INCLUDED"}]
+
+
+async def test_timings_are_real_measurements(client: GraphQLClient, subject: str) -> None:
+    await assert_fact(client, subject, "a", "one")
+    t = (await context(client, subject, "a fresh query text for timing"))["trace"]["timings"]
+    parts = t["embedMs"] + t["retrieveMs"] + t["packMs"] + t["persistMs"]
+    assert all(t[k] >= 0 for k in t) and t["retrieveMs"] > 0 and t["persistMs"] > 0
+    assert parts <= t["totalMs"] + 0.5
+
+
+async def test_trace_of_another_project_is_null(runtime: Runtime, client: GraphQLClient, subject: str) -> None:
+    new = keys.generate()
+    async with runtime.pool.acquire() as conn:
+        await db_keys.insert_key(conn, f"other-{subject}", new.key_id, new.key_hash, new.prefix, None)
+    other = client_for(runtime)
+    try:
+        await assert_fact(client, subject, "a", "one")
+        packet = await context(client, subject, "one", selection="traceId")
+        query = "query($id: ID!) { trace(id: $id) { id } }"
+        assert (await client.execute(query, {"id": packet["traceId"]}))["trace"] == {"id": packet["traceId"]}
+        seen = await other.execute(query, {"id": packet["traceId"]}, authorization=f"Bearer {new.plain}")
+        assert seen["trace"] is None
+    finally:
+        await other.http.aclose()
+
+
+async def test_unknown_or_malformed_trace_id_is_null(client: GraphQLClient) -> None:
+    for bad in ("00000000-0000-0000-0000-000000000000", "not-an-id"):
+        assert (await client.execute("query($id: ID!) { trace(id: $id) { id } }", {"id": bad}))["trace"] is None
+
+
+async def test_same_data_and_query_give_the_same_packet(client: GraphQLClient, subject: str) -> None:
+    for i in range(6):
+        await assert_fact(client, subject, f"k{i}", "same words here")
+    await record(client, subject, ["same words here"] * 4)
+    first = await context(client, subject, "same words")
+    second = await context(client, subject, "same words")
+    assert [f["id"] for f in first["facts"]] == [f["id"] for f in second["facts"]]
+    assert [e["eventId"] for e in first["episodes"]] == [e["eventId"] for e in second["episodes"]]
+    assert first["rendered"] == second["rendered"]

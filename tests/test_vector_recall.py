@@ -1,0 +1,127 @@
+"""Vector search is right at every scope size, with both plans (exact scan and HNSW).
+
+A 20,000-row table holds a subject with 1% of the rows, one with 50%, one with
+30 rows, and others. For fact candidates and for episode candidates, each plan
+must return min(k, eligible) rows, and at least 0.95 of them must be right (a
+row is right when its distance is at most the exact k-th distance).
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+import zlib
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+
+import asyncpg
+import numpy as np
+import pytest
+
+from haki_context.core.embedder import HashingEncoder
+from haki_context.db import migrate, retrieval
+from haki_context.db.pool import create_pool
+
+pytestmark = pytest.mark.slow
+
+K = 64
+SUBJECTS = {"one-percent": 200, "half": 10_000, "tiny": 30}
+TABLE_ROWS = 20_000
+QUERIES = 20
+
+
+def _texts(rng: random.Random, n: int) -> list[str]:
+    vocab = [f"w{i}" for i in range(3000)]
+    return [" ".join(rng.choices(vocab, k=12)) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
+    """A database of its own, bulk-loaded, with the HNSW indexes built after the load."""
+    admin = await asyncpg.connect(pg_uri)
+    await admin.execute("DROP DATABASE IF EXISTS haki_recall")
+    await admin.execute("CREATE DATABASE haki_recall")
+    await admin.close()
+    dsn = pg_uri.replace("/postgres?", "/haki_recall?")
+    await migrate.apply(dsn)
+    pool = await create_pool(dsn, max_size=2, statement_timeout_ms=300_000)
+    rng = random.Random(7)
+    owners = [s for s, n in SUBJECTS.items() for _ in range(n)]
+    owners += [f"other-{i % 7}" for i in range(TABLE_ROWS - len(owners))]
+    texts = _texts(rng, len(owners))
+    vectors = HashingEncoder().encode(texts)
+    now = datetime.now(timezone.utc)
+    ids = [uuid.uuid4() for _ in owners]
+    async with pool.acquire() as conn:
+        await conn.execute("DROP INDEX facts_embedding; DROP INDEX episode_chunks_embedding")
+        await conn.copy_records_to_table(
+            "facts",
+            records=[
+                ("p", i, s, "note", t, str(n), "ACTIVE", "STABLE", now, t, v)
+                for n, (i, s, t, v) in enumerate(zip(ids, owners, texts, vectors))
+            ],
+            columns=["project_id", "id", "subject_id", "predicate", "value", "value_hash", "status",
+                     "volatility", "recorded_at", "text", "embedding"],
+        )
+        await conn.copy_records_to_table(
+            "events",
+            records=[("p", i, s, "note", {"text": t}, now, now, t) for i, s, t in zip(ids, owners, texts)],
+            columns=["project_id", "id", "subject_id", "kind", "payload", "occurred_at", "recorded_at", "excerpt"],
+        )
+        await conn.copy_records_to_table(
+            "episode_chunks",
+            records=[("p", i, 0, s, "note", now, t, t, v) for i, s, t, v in zip(ids, owners, texts, vectors)],
+            columns=["project_id", "event_id", "chunk", "subject_id", "kind", "occurred_at", "text", "excerpt",
+                     "embedding"],
+        )
+        await conn.execute(
+            "INSERT INTO subjects (project_id, subject_id, fact_rows, chunk_rows)"
+            " SELECT 'p', subject_id, count(*), count(*) FROM facts GROUP BY subject_id"
+        )
+        await conn.execute("SET maintenance_work_mem = '512MB'")
+        for sql in migrate.available()[0][1].split(";"):
+            if "USING hnsw" in sql:
+                await conn.execute(sql)
+        await conn.execute("ANALYZE")
+    yield pool
+    await pool.close()
+
+
+async def _exact_kth(conn: asyncpg.Connection, table: str, subject: str, vector: np.ndarray) -> tuple[int, float]:
+    rows = await conn.fetch(
+        f"SELECT d FROM (SELECT embedding <=> $1 AS d FROM {table} WHERE project_id = 'p' AND subject_id = $2"
+        " OFFSET 0) s ORDER BY d LIMIT $3",
+        vector,
+        subject,
+        K,
+    )
+    return len(rows), rows[-1]["d"]
+
+
+@pytest.mark.parametrize("plan", ["exact", "hnsw"])
+@pytest.mark.parametrize("subject", list(SUBJECTS))
+@pytest.mark.parametrize("table", ["facts", "episode_chunks"])
+async def test_vector_candidates_are_right_at_every_scope_size(
+    recall_pool: asyncpg.Pool, table: str, subject: str, plan: str
+) -> None:
+    rng = random.Random(zlib.crc32(f"{table}/{subject}/{plan}".encode()))
+    queries = HashingEncoder().encode(_texts(rng, QUERIES))
+    threshold = 1_000_000 if plan == "exact" else 0  # 0: every scope takes the HNSW branch
+    recalls = []
+    for vector in queries:
+        params = retrieval.SearchParams(
+            project_id="p", subject_id=subject, vector=vector, query="zzzz", now=datetime.now(timezone.utc),
+            max_lexemes=32, exact_max_rows=threshold, hnsw_fetch=128,
+            horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+        )
+        async with recall_pool.acquire() as conn:
+            if table == "facts":
+                found = await retrieval.fact_candidates(conn, params, K, 256)
+                distances = [row.distance for row, _ in found.candidates]
+            else:
+                distances = [c.distance for c in await retrieval.episode_candidates(conn, params, K, 0)]
+            expected, kth = await _exact_kth(conn, table, subject, vector)
+        assert len(distances) == min(K, SUBJECTS[subject]) == expected
+        recalls.append(sum(d <= kth + 1e-9 for d in distances) / len(distances))
+    print(f"{table} {subject} {plan}: mean recall {np.mean(recalls):.3f}, min {min(recalls):.3f}")
+    assert float(np.mean(recalls)) >= 0.95, recalls
