@@ -185,6 +185,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         max_depth=settings.max_query_depth,
         max_aliases=settings.max_aliases,
         max_tokens=settings.max_tokens,
+        max_context_fields=settings.max_context_fields,
         introspection=settings.introspection,
     )
     view = HakiGraphQL(schema, graphiql=settings.graphiql)
@@ -197,6 +198,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         rt, stack = await open_runtime(settings)
         async with stack:
             _attach(app, rt, settings)
+            if settings.trace_retention_days is not None:
+                task = asyncio.create_task(_retention_loop(rt, settings.trace_retention_days))
+                stack.callback(task.cancel)
             log.info("serving GraphQL at http://%s:%s/graphql", settings.host, settings.port)
             yield
 
@@ -228,6 +232,20 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     if runtime is not None:
         _attach(app, runtime, settings)
     return app
+
+
+async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.0) -> None:
+    """Prune traces past HAKI_TRACE_RETENTION_DAYS at start-up, then every hour."""
+    from .core.traces import prune
+
+    while True:
+        try:
+            deleted = await prune(rt.pool, days)
+            if deleted:
+                log.info("retention: deleted %d trace(s) older than %g day(s)", deleted, days)
+        except Exception:  # noqa: BLE001 - retention must never take the server down
+            log.exception("retention pass failed; retrying later")
+        await asyncio.sleep(every_seconds)
 
 
 def _attach(app: Starlette, rt: Runtime, settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""`haki-context serve | migrate | keys create|list|revoke`."""
+"""`haki-context serve | migrate | prune | keys create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -72,6 +72,25 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _prune(settings: Settings, days: float | None) -> int:
+    from .core.traces import prune
+    from .db.pool import create_pool
+
+    days = days if days is not None else settings.trace_retention_days
+    if days is None:
+        print("no retention: set HAKI_TRACE_RETENTION_DAYS or pass --days", file=sys.stderr)
+        return 2
+    async with database(settings) as dsn:
+        await migrate.apply(dsn)
+        pool = await create_pool(dsn, max_size=2, statement_timeout_ms=settings.statement_timeout_ms)
+        try:
+            deleted = await prune(pool, days)
+        finally:
+            await pool.close()
+    print(f"deleted {deleted} trace(s) older than {days:g} day(s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="haki-context", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="bind address (HAKI_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (HAKI_PORT, default 8000)")
     sub.add_parser("migrate", help="apply pending database migrations")
+    prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")
+    prune.add_argument("--days", type=float, default=None, help="default: HAKI_TRACE_RETENTION_DAYS")
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="create a key; it is printed once, on the last line")
@@ -97,10 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return cmd_serve(args)
     settings = load_settings()
-    if args.command == "migrate":
-        return asyncio.run(_migrate(settings))
-    if args.command == "keys":
-        return asyncio.run(_keys(settings, args))
+    try:
+        if args.command == "migrate":
+            return asyncio.run(_migrate(settings))
+        if args.command == "keys":
+            return asyncio.run(_keys(settings, args))
+        if args.command == "prune":
+            return asyncio.run(_prune(settings, args.days))
+    except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
+        # Expected operator errors (a data dir under /root, an unreachable database): one line, no traceback.
+        print(f"haki-context: error: {exc}", file=sys.stderr)
+        return 1
     return 2
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -18,7 +20,7 @@ from haki_context.app import create_app
 from haki_context.core.embedder import Embedder, HashingEncoder, MiniLMEncoder
 from haki_context.core.runtime import Runtime
 from haki_context.db import embedded, migrate
-from haki_context.db.pool import create_pool
+from haki_context.db.pool import create_pool, init_connection, keep_session
 from haki_context.settings import EmbedProvider, Settings
 
 
@@ -87,14 +89,35 @@ async def minilm_runtime(migrated: str, minilm_embedder: Embedder) -> AsyncItera
     await rt.pool.close()
 
 
+# What an error message must never show: a traceback, SQL text, driver internals.
+LEAK_MARKERS = ("Traceback", 'File "', "asyncpg", "SELECT ", "INSERT ", "UPDATE ", "DELETE ", " FROM ",
+                "WHERE ", "psql", "SQLSTATE", "postgres", "haki_context/", ".py\"")
+
+
+def assert_no_leak(body: Any) -> None:
+    """Every error the suite provokes passes through here: none may leak internals."""
+    if not isinstance(body, dict):
+        return
+    for error in body.get("errors") or []:
+        message = str(error.get("message", ""))
+        leaked = [m for m in LEAK_MARKERS if m in message]
+        assert not leaked, f"error message leaks {leaked}: {message!r}"
+        assert "extensions" in error and "code" in error["extensions"], f"error without a code: {error}"
+
+
 class GraphQLClient:
-    """A tiny GraphQL client over httpx (ASGI transport)."""
+    """A tiny GraphQL client over httpx (ASGI transport); it checks every error it sees for leaks."""
 
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
 
     async def post(self, query: str, variables: dict[str, Any] | None = None, **headers: str) -> httpx.Response:
-        return await self.http.post("/graphql", json={"query": query, "variables": variables or {}}, headers=headers)
+        response = await self.http.post(
+            "/graphql", json={"query": query, "variables": variables or {}}, headers=headers
+        )
+        if response.headers.get("content-type", "").startswith("application/json"):
+            assert_no_leak(response.json())
+        return response
 
     async def execute(self, query: str, variables: dict[str, Any] | None = None, **headers: str) -> dict[str, Any]:
         """The response body; fails the test on any GraphQL error."""
@@ -133,3 +156,72 @@ async def minilm_client(minilm_runtime: Runtime) -> AsyncIterator[GraphQLClient]
 def subject() -> str:
     """A fresh subject id: tests never see each other's data."""
     return f"subject-{uuid.uuid4().hex[:12]}"
+
+
+async def new_project_key(rt: Runtime, project_id: str) -> str:
+    """A fresh API key for `project_id` (created directly in the database)."""
+    from haki_context.core import keys
+    from haki_context.db import keys as db_keys
+
+    new = keys.generate()
+    async with rt.pool.acquire() as conn:
+        await db_keys.insert_key(conn, project_id, new.key_id, new.key_hash, new.prefix, None)
+    return new.plain
+
+
+class ProjectClient(GraphQLClient):
+    """A client whose every request carries the key of its own fresh project."""
+
+    def __init__(self, http: httpx.AsyncClient, key: str, project_id: str) -> None:
+        super().__init__(http)
+        self.key = key
+        self.project_id = project_id
+
+    async def post(self, query: str, variables: dict[str, Any] | None = None, **headers: str) -> httpx.Response:
+        headers.setdefault("authorization", f"Bearer {self.key}")
+        return await super().post(query, variables, **headers)
+
+
+@pytest.fixture
+async def project_client(runtime: Runtime) -> AsyncIterator[ProjectClient]:
+    """A client in a project of its own: stats and trace lists see only this test's calls."""
+    project_id = f"project-{uuid.uuid4().hex[:12]}"
+    key = await new_project_key(runtime, project_id)
+    base = client_for(runtime)
+    client = ProjectClient(base.http, key, project_id)
+    yield client
+    await base.http.aclose()
+
+
+class StatementLog:
+    """Every statement a pool's connections send, in order."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def __call__(self, record: asyncpg.connection.LoggedQuery) -> None:
+        self.statements.append(record.query)
+
+    def matching(self, text: str) -> list[str]:
+        return [s for s in self.statements if text in s]
+
+    def round_trips(self) -> list[str]:
+        """Statements of the call itself: asyncpg's one-off type introspection of a new connection left out."""
+        return [s for s in self.statements if "typeinfo" not in s and "set_config('jit'" not in s
+                and "current_setting('jit')" not in s]
+
+
+@pytest.fixture
+async def logged(runtime: Runtime, migrated: str) -> AsyncIterator[tuple[GraphQLClient, StatementLog]]:
+    """A client whose server logs every SQL statement it sends."""
+    log = StatementLog()
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await init_connection(conn)
+        conn.add_query_logger(log)
+
+    pool = await asyncpg.create_pool(migrated, min_size=1, max_size=4, init=init, reset=keep_session)
+    client = client_for(replace(runtime, pool=pool))
+    yield client, log
+    await client.http.aclose()
+    await pool.close()

@@ -2,47 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import replace
-
-import asyncpg
-import pytest
-from conftest import GraphQLClient, client_for
+from conftest import GraphQLClient, StatementLog
 from contextlib_helpers import assert_fact, record
-
-from haki_context.core.runtime import Runtime
-from haki_context.db.pool import init_connection, keep_session
-
-
-class StatementLog:
-    def __init__(self) -> None:
-        self.statements: list[str] = []
-
-    def __call__(self, record: asyncpg.connection.LoggedQuery) -> None:
-        self.statements.append(record.query)
-
-    def matching(self, text: str) -> list[str]:
-        return [s for s in self.statements if text in s]
-
-    def round_trips(self) -> list[str]:
-        """Statements of the call itself: asyncpg's one-off type introspection of a new connection left out."""
-        return [s for s in self.statements if "typeinfo" not in s and "set_config('jit'" not in s
-                and "current_setting('jit')" not in s]
-
-
-@pytest.fixture
-async def logged(runtime: Runtime, migrated: str) -> AsyncIterator[tuple[GraphQLClient, StatementLog]]:
-    log = StatementLog()
-
-    async def init(conn: asyncpg.Connection) -> None:
-        await init_connection(conn)
-        conn.add_query_logger(log)
-
-    pool = await asyncpg.create_pool(migrated, min_size=1, max_size=4, init=init, reset=keep_session)
-    client = client_for(replace(runtime, pool=pool))
-    yield client, log
-    await client.http.aclose()
-    await pool.close()
 
 
 async def test_thirty_facts_load_their_source_events_in_one_query(

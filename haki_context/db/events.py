@@ -8,6 +8,7 @@ from typing import Any
 
 import asyncpg
 import numpy as np
+import orjson
 
 from ..core.models import Event
 from .records import EVENT_COLUMNS, event_from_row
@@ -47,14 +48,18 @@ async def insert_events(
         await conn.execute(
             """
             INSERT INTO events (project_id, id, subject_id, kind, payload, occurred_at, recorded_at, excerpt)
-            SELECT $1, * FROM unnest($2::uuid[], $3::text[], $4::text[], $5::jsonb[],
-                                     $6::timestamptz[], $7::timestamptz[], $8::text[])
+            SELECT $1, t.id, t.subject_id, t.kind, t.payload::jsonb, t.occurred_at, t.recorded_at, t.excerpt
+            FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[],
+                        $6::timestamptz[], $7::timestamptz[], $8::text[])
+                 AS t(id, subject_id, kind, payload, occurred_at, recorded_at, excerpt)
             """,
             project_id,
             [e.id for e in events],
             [e.subject_id for e in events],
             [e.kind for e in events],
-            [e.payload for e in events],
+            # Payloads travel as JSON text: asyncpg's array encoder would read a list
+            # payload as another array dimension (a 1-element list lost its brackets).
+            [orjson.dumps(e.payload).decode() for e in events],
             [e.occurred_at for e in events],
             [e.recorded_at for e in events],
             [e.excerpt for e in events],

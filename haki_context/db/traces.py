@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 import asyncpg
 
@@ -114,3 +115,74 @@ async def decisions_for(conn: asyncpg.Connection, project_id: str, trace_ids: li
         project_id,
         trace_ids,
     )
+
+
+async def page_traces(
+    conn: asyncpg.Connection,
+    project_id: str,
+    subject_id: str | None,
+    since: datetime | None,
+    limit: int,
+    after: tuple[datetime, str] | None,
+) -> list[asyncpg.Record]:
+    """Traces newest first (keyset on created_at, id), optionally of one subject and since an instant."""
+    return await conn.fetch(
+        f"SELECT {TRACE_COLUMNS} FROM context_traces WHERE project_id = $1"
+        " AND ($2::text IS NULL OR subject_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)"
+        " AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))"
+        " ORDER BY created_at DESC, id DESC LIMIT $6",
+        project_id,
+        subject_id,
+        since,
+        after[0] if after else None,
+        after[1] if after else None,
+        limit,
+    )
+
+
+STATS_SQL = f"""
+SELECT count(*) AS calls,
+       count(*) FILTER (WHERE facts_served > 0) AS injected,
+       count(*) FILTER (WHERE facts_served = 0 AND episodes_served = 0) AS empty,
+       count(*) FILTER (WHERE empty_reason IS NOT NULL) AS no_relevant,
+       count(*) FILTER (WHERE status = 'DEGRADED') AS degraded,
+       coalesce(avg(facts_served), 0) AS avg_facts,
+       coalesce(avg(used_tokens), 0) AS avg_tokens,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY total_ms) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY total_ms) AS p95,
+       {", ".join(f"coalesce(sum({col}), 0) AS {col}" for col in REASON_COLUMNS.values())},
+       (SELECT count(*) FROM facts WHERE project_id = $1 AND status = 'ACTIVE') AS active_facts,
+       (SELECT count(*) FROM events WHERE project_id = $1) AS events,
+       (SELECT count(*) FROM conflict_sets WHERE project_id = $1 AND status = 'OPEN') AS open_conflicts,
+       (SELECT min(created_at) FROM conflict_sets WHERE project_id = $1 AND status = 'OPEN') AS oldest_open
+FROM context_traces
+WHERE project_id = $1 AND ($2::timestamptz IS NULL OR created_at >= $2)
+"""
+
+
+async def stats(conn: asyncpg.Connection, project_id: str, since: datetime | None) -> asyncpg.Record:
+    """Usage figures of a project from the per-trace counts (decision rows are never scanned)."""
+    return await conn.fetchrow(STATS_SQL, project_id, since)
+
+
+async def prune_batch(conn: asyncpg.Connection, before: datetime, batch_size: int) -> int:
+    """Delete up to `batch_size` traces older than `before` (any project) and their decisions.
+
+    Short transactions on a bounded batch keep locks brief, so context calls are never blocked.
+    """
+    async with conn.transaction():
+        rows = await conn.fetch(
+            "DELETE FROM context_traces WHERE (project_id, id) IN ("
+            " SELECT project_id, id FROM context_traces WHERE created_at < $1 LIMIT $2"
+            " FOR UPDATE SKIP LOCKED) RETURNING project_id, id",
+            before,
+            batch_size,
+        )
+        if rows:
+            await conn.execute(
+                "DELETE FROM trace_decisions d USING unnest($1::text[], $2::uuid[]) AS t(p, i)"
+                " WHERE d.project_id = t.p AND d.trace_id = t.i",
+                [r["project_id"] for r in rows],
+                [r["id"] for r in rows],
+            )
+    return len(rows)

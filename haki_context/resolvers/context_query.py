@@ -1,8 +1,11 @@
-"""Resolvers of `context` and `trace`."""
+"""Resolvers of `context`, `trace`, `traces` and `stats`."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from ..core import assembler, traces
+from ..core.models import Page
 from ..core.packet import ContextPacket, ContextTrace, TraceDecision
 from .context import RequestContext
 
@@ -22,3 +25,13 @@ async def decisions(ctx: RequestContext, trace: ContextTrace) -> list[TraceDecis
     if trace.decisions is not None:
         return list(trace.decisions)
     return await ctx.loaders.decisions.load(trace.id)
+
+
+async def traces_page(
+    ctx: RequestContext, subject_id: str | None, since: datetime | None, first: int | None, after: str | None
+) -> Page[ContextTrace]:
+    return await traces.traces_page(ctx.rt, ctx.project_id, subject_id, since, first, after)
+
+
+async def stats(ctx: RequestContext, since: datetime | None) -> traces.StatsOverview:
+    return await traces.stats(ctx.rt, ctx.project_id, since)

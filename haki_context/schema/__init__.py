@@ -6,6 +6,7 @@ from datetime import datetime
 
 import strawberry
 from strawberry.extensions import (
+    AddValidationRules,
     DisableIntrospection,
     MaxAliasesLimiter,
     MaxTokensLimiter,
@@ -14,7 +15,8 @@ from strawberry.extensions import (
 from strawberry.schema.config import StrawberryConfig
 
 from ..core.errors import HakiError
-from .errors import domain_error
+from .errors import is_unexpected
+from .limits import context_field_limit
 from .mutation import Mutation
 from .query import Query
 from .scalars import DateTime
@@ -24,7 +26,7 @@ class HakiSchema(strawberry.Schema):
     """Logs only unexpected errors: expected ones (bad input, not found...) are answers, not crashes."""
 
     def process_errors(self, errors, execution_context=None):  # type: ignore[no-untyped-def]
-        unexpected = [e for e in errors if e.original_error is not None and domain_error(e.original_error) is None]
+        unexpected = [e for e in errors if is_unexpected(e)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
 
@@ -34,6 +36,7 @@ def build_schema(
     max_depth: int = 10,
     max_aliases: int = 15,
     max_tokens: int = 2000,
+    max_context_fields: int = 5,
     introspection: bool = True,
 ) -> strawberry.Schema:
     """The schema with its limits. Extensions are passed as factories, never shared instances."""
@@ -41,6 +44,7 @@ def build_schema(
         lambda: QueryDepthLimiter(max_depth=max_depth),
         lambda: MaxAliasesLimiter(max_alias_count=max_aliases),
         lambda: MaxTokensLimiter(max_token_count=max_tokens),
+        lambda: AddValidationRules([context_field_limit(max_context_fields)]),
     ]
     if not introspection:
         extensions.append(DisableIntrospection)

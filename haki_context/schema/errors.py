@@ -42,9 +42,14 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def domain_error(exc: BaseException | None) -> HakiError | None:
-    """The HakiError an exception stands for, if it is an expected failure."""
-    seen = 0
-    while exc is not None and seen < 8:
+    """The HakiError an exception stands for, if it is an expected failure.
+
+    Follows `original_error` first (GraphQL wraps resolver and coercion
+    errors), then `__cause__` / `__context__`.
+    """
+    for _ in range(8):
+        if exc is None:
+            return None
         if isinstance(exc, HakiError):
             return exc
         if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
@@ -53,9 +58,13 @@ def domain_error(exc: BaseException | None) -> HakiError | None:
             return Unavailable("the database is unavailable; retry shortly")
         if isinstance(exc, (asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CannotConnectNowError)):
             return Unavailable("the database is unavailable; retry shortly")
-        exc = exc.__cause__ or exc.__context__ or getattr(exc, "original_error", None)
-        seen += 1
+        exc = getattr(exc, "original_error", None) or exc.__cause__ or exc.__context__
     return None
+
+
+def is_unexpected(error: GraphQLError) -> bool:
+    """True for errors that are bugs (INTERNAL): logged with a traceback, masked in the response."""
+    return error.original_error is not None and not _is_coercion(error) and domain_error(error.original_error) is None
 
 
 def format_error(error: GraphQLError) -> dict[str, Any]:
@@ -66,22 +75,37 @@ def format_error(error: GraphQLError) -> dict[str, Any]:
     if error.path:
         formatted["path"] = list(error.path)
     original = error.original_error
-    if original is None:
-        code = "QUERY_TOO_COMPLEX" if _is_complexity(error.message) else _request_code(error)
-        formatted["extensions"] = {**(error.extensions or {}), "code": code}
-        return formatted
     domain = domain_error(original)
     if domain is not None:
         # A HakiError's own text is safe to show; an asyncpg error's text may hold SQL.
-        if not isinstance(original, HakiError):
+        if not isinstance(domain_error_source(original), HakiError):
             formatted["message"] = domain.message
         formatted["extensions"] = domain.extensions()
+        return formatted
+    if original is None or _is_coercion(error):
+        code = "QUERY_TOO_COMPLEX" if _is_complexity(error.message) else _request_code(error)
+        formatted["extensions"] = {**(error.extensions or {}), "code": code}
         return formatted
     ref = uuid.uuid4().hex[:12]
     log.error("internal error %s", ref, exc_info=(type(original), original, original.__traceback__))
     formatted["message"] = f"Internal error (reference {ref})."
     formatted["extensions"] = {"code": "INTERNAL", "reference": ref}
     return formatted
+
+
+def domain_error_source(exc: BaseException | None) -> BaseException | None:
+    """The first HakiError in the chain, if the chain holds one (else the exception itself)."""
+    seen = exc
+    for _ in range(8):
+        if seen is None or isinstance(seen, HakiError):
+            break
+        seen = getattr(seen, "original_error", None) or seen.__cause__ or seen.__context__
+    return seen if isinstance(seen, HakiError) else exc
+
+
+def _is_coercion(error: GraphQLError) -> bool:
+    # graphql-core's variable coercion ("Variable '$x' got invalid value ...") wraps the parse error.
+    return error.path is None and error.message.startswith("Variable '$")
 
 
 def _is_complexity(message: str) -> bool:
@@ -94,6 +118,8 @@ def _request_code(error: GraphQLError) -> str:
     existing = (error.extensions or {}).get("code")
     if isinstance(existing, str):
         return existing
+    if _is_coercion(error):
+        return "INVALID_INPUT"  # a variable of the wrong type, missing, or out of its scalar's range
     if error.message.startswith("Syntax Error"):
         return "GRAPHQL_PARSE_FAILED"
     return "GRAPHQL_VALIDATION_FAILED"

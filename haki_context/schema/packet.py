@@ -142,3 +142,38 @@ class ContextPacket:
         description='The packet as one compact text block ready to put in a prompt ("" when nothing is served).'
     )
     trace: ContextTrace = strawberry.field(description="The persisted decision trace of this very call.")
+
+
+@strawberry.type(description="How many decisions carried one reason code.")
+class ReasonCodeCount:
+    reason_code: ReasonCode = strawberry.field(description="The reason code.")
+    count: int = strawberry.field(description="Decisions with it, over the window.")
+
+
+@strawberry.type(description="Usage overview of the caller's project over a window.")
+class StatsOverview:
+    context_calls: int = strawberry.field(description="Context calls (traces) in the window.")
+    injection_rate: float = strawberry.field(
+        description="Share of context calls that served at least one fact (0 when there were no calls)."
+    )
+    empty_calls: int = strawberry.field(description="Calls that served nothing at all.")
+    no_relevant_memory_calls: int = strawberry.field(description="Calls the recall gate emptied.")
+    degraded_calls: int = strawberry.field(description="Calls with status DEGRADED.")
+    avg_facts_served: float = strawberry.field(description="Mean facts served per call.")
+    avg_used_tokens: float = strawberry.field(description="Mean tokens served per call.")
+    latency_p50_ms: float | None = strawberry.field(description="Median totalMs; null with no calls.")
+    latency_p95_ms: float | None = strawberry.field(description="95th percentile of totalMs; null with no calls.")
+    active_facts: int = strawberry.field(description="ACTIVE facts now (not windowed).")
+    events: int = strawberry.field(description="Events now (not windowed).")
+    open_conflicts: int = strawberry.field(description="OPEN conflict sets now (not windowed).")
+    oldest_open_conflict_seconds: float | None = strawberry.field(
+        description="Age of the oldest OPEN conflict set; null when none."
+    )
+
+    @strawberry.field(description="Share of context calls that served at least one fact.", deprecation_reason="Use injectionRate.")
+    def hit_rate(self) -> float:
+        return self.injection_rate
+
+    @strawberry.field(description="Decisions by reason code over the window.")
+    def reason_codes(self) -> list[ReasonCodeCount]:
+        return [ReasonCodeCount(reason_code=code, count=n) for code, n in self.reason_codes]  # type: ignore[attr-defined,arg-type]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import strawberry
 
 from ..resolvers import context_query, queries
 from .enums import ConflictStatus, FactStatus
-from .packet import ContextPacket, ContextTrace
+from .packet import ContextPacket, ContextTrace, StatsOverview
 from .pagination import Connection, to_connection
 from .records import ConflictSetType, EventType, FactType
 
@@ -24,6 +26,19 @@ class Query:
     )
     async def trace(self, info: strawberry.Info, id: strawberry.ID) -> ContextTrace | None:
         return await context_query.trace(info.context, id)  # type: ignore[return-value]
+
+    @strawberry.field(
+        description="Traces newest first, for dashboards. Relay-style cursor pagination; first is at most 100."
+    )
+    async def traces(
+        self,
+        info: strawberry.Info,
+        subject_id: str | None = None,
+        since: datetime | None = None,
+        first: int | None = 20,
+        after: str | None = None,
+    ) -> Connection[ContextTrace]:
+        return to_connection(await context_query.traces_page(info.context, subject_id, since, first, after))  # type: ignore[return-value]
 
     @strawberry.field(description="A fact by id; null when unknown, malformed or outside the caller's project.")
     async def fact(self, info: strawberry.Info, id: strawberry.ID) -> FactType | None:
@@ -60,3 +75,7 @@ class Query:
         after: str | None = None,
     ) -> Connection[ConflictSetType]:
         return to_connection(await queries.conflicts(info.context, subject_id, status, first, after))  # type: ignore[return-value]
+
+    @strawberry.field(description="Usage overview of the caller's project over a window (default: all time).")
+    async def stats(self, info: strawberry.Info, since: datetime | None = None) -> StatsOverview:
+        return await context_query.stats(info.context, since)  # type: ignore[return-value]

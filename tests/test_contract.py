@@ -1,0 +1,65 @@
+"""The served schema keeps the public contract, and `schema.graphql` is its exported SDL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from graphql import build_schema
+from graphql.utilities import find_breaking_changes, find_dangerous_changes
+from graphql.utilities import DangerousChangeType
+
+from haki_context.schema import export_sdl
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACT = ROOT.parent / "shared" / "contract" / "schema.graphql"
+
+# Additions the contract allows; anything else that graphql-core calls dangerous fails.
+ALLOWED_DANGEROUS = {DangerousChangeType.OPTIONAL_ARG_ADDED}
+
+
+@pytest.fixture(scope="module")
+def contract_sdl() -> str:
+    if not CONTRACT.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the contract is missing at {CONTRACT} (CI lays ../shared beside the project)")
+        pytest.skip(f"no contract at {CONTRACT}: this clone has no ../shared beside it")
+    return CONTRACT.read_text()
+
+
+def test_exported_sdl_is_up_to_date() -> None:
+    committed = (ROOT / "schema.graphql").read_text()
+    assert committed == export_sdl(), "schema.graphql is stale: run `python -m haki_context.schema.export`"
+
+
+def test_schema_has_no_breaking_change_against_the_contract(contract_sdl: str) -> None:
+    breaking = find_breaking_changes(build_schema(contract_sdl), build_schema(export_sdl()))
+    assert breaking == [], "\n".join(f"{c.type.name}: {c.description}" for c in breaking)
+
+
+def test_schema_keeps_every_default_and_enum_of_the_contract(contract_sdl: str) -> None:
+    dangerous = find_dangerous_changes(build_schema(contract_sdl), build_schema(export_sdl()))
+    unexpected = [c for c in dangerous if c.type not in ALLOWED_DANGEROUS]
+    assert unexpected == [], "\n".join(f"{c.type.name}: {c.description}" for c in unexpected)
+
+
+def test_every_contract_type_and_field_is_served(contract_sdl: str) -> None:
+    contract, ours = build_schema(contract_sdl), build_schema(export_sdl())
+    for name, ctype in contract.type_map.items():
+        if name.startswith("__"):
+            continue
+        assert name in ours.type_map, f"missing type {name}"
+        fields = getattr(ctype, "fields", None)
+        if fields:
+            missing = set(fields) - set(ours.type_map[name].fields)  # type: ignore[attr-defined]
+            assert not missing, f"{name} lacks {sorted(missing)}"
+
+
+def test_the_check_catches_a_changed_default(contract_sdl: str) -> None:
+    """The comparison itself can fail: a changed default and a changed nullability are caught."""
+    changed = contract_sdl.replace("budget: Int = 900", "budget: Int = 800")
+    dangerous = find_dangerous_changes(build_schema(contract_sdl), build_schema(changed))
+    assert any(c.type is DangerousChangeType.ARG_DEFAULT_VALUE_CHANGE for c in dangerous)
+    nonnull = contract_sdl.replace("first: Int = 50", "first: Int! = 50")
+    assert find_breaking_changes(build_schema(contract_sdl), build_schema(nonnull))
