@@ -22,6 +22,7 @@ from .core.auth import Authenticator
 from .core.embedder import Embedder, build_encoder
 from .core.errors import HakiError, PayloadTooLarge
 from .core.runtime import Runtime
+from .core.space import check_embedding_space
 from .db import embedded, migrate
 from .db.pool import create_pool
 from .resolvers.context import build_context
@@ -171,6 +172,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         )
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
         stack.callback(embedder.close)
+        await check_embedding_space(pool, embedder)
         await embedder.embed_query("warm up")  # the first encode pays one-off costs
         log.info("embedder ready: %s", embedder.name)
         return Runtime(pool=pool, embedder=embedder, settings=settings), stack

@@ -1,4 +1,4 @@
-"""`haki-context serve | migrate | prune | keys create|list|revoke`."""
+"""`haki-context serve | migrate | prune | reembed | keys create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -91,6 +91,25 @@ async def _prune(settings: Settings, days: float | None) -> int:
     return 0
 
 
+async def _reembed(settings: Settings) -> int:
+    from .core.embedder import Embedder, build_encoder
+    from .core.space import reembed
+    from .db.pool import create_pool
+
+    encoder = build_encoder(settings.embed_provider.value, threads=settings.embed_threads)
+    embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
+    async with database(settings) as dsn:
+        await migrate.apply(dsn)
+        pool = await create_pool(dsn, max_size=2, statement_timeout_ms=0)
+        try:
+            counts = await reembed(pool, embedder)
+        finally:
+            await pool.close()
+            embedder.close()
+    print(f"re-embedded {counts['facts']} fact(s) and {counts['episode_chunks']} chunk(s) with {embedder.name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="haki-context", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="bind address (HAKI_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (HAKI_PORT, default 8000)")
     sub.add_parser("migrate", help="apply pending database migrations")
+    sub.add_parser("reembed", help="re-embed every stored text with HAKI_EMBED_PROVIDER (switches the database)")
     prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")
     prune.add_argument("--days", type=float, default=None, help="default: HAKI_TRACE_RETENTION_DAYS")
     keys = sub.add_parser("keys", help="manage API keys")
@@ -125,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_keys(settings, args))
         if args.command == "prune":
             return asyncio.run(_prune(settings, args.days))
+        if args.command == "reembed":
+            return asyncio.run(_reembed(settings))
     except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
         # Expected operator errors (a data dir under /root, an unreachable database): one line, no traceback.
         print(f"haki-context: error: {exc}", file=sys.stderr)

@@ -16,7 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class EmbedProvider(str, Enum):
     """Which embedder turns texts into vectors."""
 
-    MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2, loaded offline
+    MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2 on torch, loaded offline
+    ONNX = "onnx"  # the same model as an int8 ONNX graph on onnxruntime (same vector space)
     HASHING = "hashing"  # deterministic hashing embedder, for tests that do not judge meaning
 
 
