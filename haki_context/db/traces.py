@@ -140,16 +140,17 @@ async def page_traces(
     )
 
 
+# One pass over the window's rows of the covering index `context_traces_stats`: integer sums
+# (not avg(), which computes in numeric) and both percentiles from one sort.
 STATS_SQL = f"""
 SELECT count(*) AS calls,
-       count(*) FILTER (WHERE facts_served > 0) AS injected,
-       count(*) FILTER (WHERE facts_served = 0 AND episodes_served = 0) AS empty,
-       count(*) FILTER (WHERE empty_reason IS NOT NULL) AS no_relevant,
-       count(*) FILTER (WHERE status = 'DEGRADED') AS degraded,
-       coalesce(avg(facts_served), 0) AS avg_facts,
-       coalesce(avg(used_tokens), 0) AS avg_tokens,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY total_ms) AS p50,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY total_ms) AS p95,
+       coalesce(sum((facts_served > 0)::int), 0) AS injected,
+       coalesce(sum((facts_served = 0 AND episodes_served = 0)::int), 0) AS empty,
+       coalesce(sum((empty_reason IS NOT NULL)::int), 0) AS no_relevant,
+       coalesce(sum((status = 'DEGRADED')::int), 0) AS degraded,
+       coalesce(sum(facts_served), 0) AS facts_served,
+       coalesce(sum(used_tokens), 0) AS used_tokens,
+       percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY total_ms) AS latency,
        {", ".join(f"coalesce(sum({col}), 0) AS {col}" for col in REASON_COLUMNS.values())},
        (SELECT count(*) FROM facts WHERE project_id = $1 AND status = 'ACTIVE') AS active_facts,
        (SELECT count(*) FROM events WHERE project_id = $1) AS events,
