@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     # ranked by "cosine" (the seed) or "hybrid" (the facts' score).
     episode_text_k: int = 0
     episode_ranking: str = "cosine"
+    # "json": the seed's "<kind> <compact JSON>" excerpt; "text": a turn served as "<speaker>: <text>".
+    episode_excerpt_format: str = "json"
+    fusion: str = "weighted"  # how the score's axes combine: weighted | normalized | rrf (core/scoring.py)
 
     # --- volatility horizons, in days (SLOW is still served past its horizon)
     horizon_slow_days: float = 365.0

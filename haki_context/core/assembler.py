@@ -34,7 +34,9 @@ from .packet import (
 )
 from .packing import episode_line, fact_line, pack, render, tokens
 from .runtime import Runtime
-from .scoring import Components, Weights, components
+from .scoring import Components, Weights, score_pool
+from .texts import served_excerpt
+from ..settings import Settings
 
 DEFAULT_BUDGET = 900
 
@@ -57,6 +59,7 @@ class _Chunk:
     score: float
     line: str
     tokens: int
+    excerpt: str
 
 
 @dataclass
@@ -112,7 +115,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     weights = Weights.from_settings(s)
     decisions = _Decisions()
     scored = sorted(
-        (_fact(row, now, weights) for row, _ in found.candidates),
+        _facts([row for row, _ in found.candidates], now, weights, s.fusion),
         key=lambda f: (-f.parts.score, f.row.id),
     )[: s.candidate_limit]
     expired_ids = {row.id for row, expired in found.candidates if expired}
@@ -158,11 +161,12 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
             retrieve_ms += _ms(t)
             t = time.perf_counter()
             seen: set[str] = set()
-            candidates = []
+            firsts = []
             for entity, row in rows:
                 if row.id not in seen:
                     seen.add(row.id)
-                    candidates.append(_fact(row, now, weights, via_entity=entity))
+                    firsts.append((entity, row))
+            candidates = _facts([row for _, row in firsts], now, weights, s.fusion, [e for e, _ in firsts])
             hopped, _, left = pack(candidates, lambda f: f.tokens, left)
             hopped_ids = {f.row.id for f in hopped}
             for rank, f in enumerate(candidates, start=len(servable) + 1):
@@ -176,7 +180,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     # 9. Episodes, packed into what is left of the same budget.
     t = time.perf_counter()
     chunks = sorted(
-        (_chunk(row, now, weights, s.episode_ranking) for row in chunk_rows),
+        _chunks(chunk_rows, now, weights, s),
         key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
     )[: s.episode_top_k]
     gated_chunks = {(c.row.event_id, c.row.chunk) for c in chunks if gate > 0 and c.parts.distance > gate}
@@ -260,11 +264,17 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000.0
 
 
-def _fact(row: retrieval.FactRow, now: datetime, w: Weights, via_entity: str | None = None) -> _Fact:
-    dated = row.valid_from or row.recorded_at
-    parts = components(row.distance or 0.0, row.full_text or 0.0, dated, now, w)
-    line = fact_line(row.text, dated)
-    return _Fact(row=row, parts=parts, line=line, tokens=tokens(line), via_entity=via_entity)
+def _facts(
+    rows: list[retrieval.FactRow], now: datetime, w: Weights, fusion: str, via: list[str] | None = None
+) -> list[_Fact]:
+    """Score one pool of fact rows (fusion may normalise over the pool) and build their lines."""
+    dated = [row.valid_from or row.recorded_at for row in rows]
+    parts = score_pool([(r.distance or 0.0, r.full_text or 0.0, d) for r, d in zip(rows, dated)], now, w, fusion)
+    out = []
+    for i, (row, p, at) in enumerate(zip(rows, parts, dated)):
+        line = fact_line(row.text, at)
+        out.append(_Fact(row=row, parts=p, line=line, tokens=tokens(line), via_entity=via[i] if via else None))
+    return out
 
 
 def _blocked(row: retrieval.FactRow, reason: ReasonCode, item_tokens: int | None = None) -> TraceDecision:
@@ -303,12 +313,17 @@ def _fact_decision(f: _Fact, rank: int, decision: Decision, reason: ReasonCode) 
     )
 
 
-def _chunk(row: retrieval.ChunkRow, now: datetime, w: Weights, ranking: str) -> _Chunk:
-    parts = components(row.distance, row.full_text, row.occurred_at, now, w)
-    # The seed ranks episodes by cosine similarity alone; "hybrid" ranks them like facts.
-    score = parts.score if ranking == "hybrid" else parts.similarity
-    line = episode_line(row.excerpt, row.occurred_at)
-    return _Chunk(row=row, parts=parts, score=score, line=line, tokens=tokens(line))
+def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settings) -> list[_Chunk]:
+    """Score one pool of episode chunks and build their served lines."""
+    parts = score_pool([(r.distance, r.full_text, r.occurred_at) for r in rows], now, w, s.fusion)
+    out = []
+    for row, p in zip(rows, parts):
+        # The seed ranks episodes by cosine similarity alone; "hybrid" ranks them like facts.
+        score = p.score if s.episode_ranking == "hybrid" else p.similarity
+        excerpt = served_excerpt(s.episode_excerpt_format, row.text, row.excerpt, row.is_turn, s.episode_excerpt_chars)
+        line = episode_line(excerpt, row.occurred_at)
+        out.append(_Chunk(row=row, parts=p, score=score, line=line, tokens=tokens(line), excerpt=excerpt))
+    return out
 
 
 def _chunk_decision(c: _Chunk, rank: int, decision: Decision, reason: ReasonCode) -> TraceDecision:
@@ -347,7 +362,7 @@ def _packet_fact(f: _Fact, reason: ReasonCode) -> PacketFact:
 
 def _episode(c: _Chunk) -> Episode:
     r = c.row
-    return Episode(r.event_id, r.chunk, r.kind, r.occurred_at, r.excerpt, c.score, c.tokens)
+    return Episode(r.event_id, r.chunk, r.kind, r.occurred_at, c.excerpt, c.score, c.tokens)
 
 
 def _warnings(open_conflict: int, expired: int) -> tuple[str, ...]:

@@ -24,15 +24,17 @@ async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason
         raise InvalidInput("factIds must not repeat an id", field="factIds")
     check_optional_reason(reason)
     async with rt.pool.acquire() as conn, conn.transaction():
-        facts = await db_facts.get_facts(conn, project_id, ids, for_update=True)
-        missing = [i for i, f in zip(ids, facts) if f is None]
+        seen = await db_facts.get_facts(conn, project_id, ids)
+        missing = [i for i, f in zip(ids, seen) if f is None]
         if missing:
             raise NotFound(f"no fact {', '.join(missing[:5])}", field="factIds")
-        present = [f for f in facts if f is not None]
+        subjects = {f.subject_id for f in seen if f is not None}
+        if len(subjects) != 1:
+            raise InvalidInput("every fact of a conflict set must belong to one subject", field="factIds")
+        await db_facts.lock_subject(conn, project_id, subjects.pop())  # before any row lock
+        present = [f for f in await db_facts.get_facts(conn, project_id, ids, for_update=True) if f is not None]
         if any(f.status is not FactStatus.ACTIVE for f in present):
             raise InvalidInput("every fact of a conflict set must be ACTIVE", field="factIds")
-        if len({f.subject_id for f in present}) != 1:
-            raise InvalidInput("every fact of a conflict set must belong to one subject", field="factIds")
         if any(f.open_conflict_id for f in present):
             raise InvalidInput("a fact is already in an OPEN conflict set", field="factIds")
         now = datetime.now(timezone.utc)
@@ -66,9 +68,13 @@ async def dismiss_conflict(rt: Runtime, project_id: str, raw_id: str) -> Conflic
 
 
 async def _lock_open(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> ConflictSet:
-    conflict = await db_conflicts.lock(conn, project_id, conflict_id)
-    if conflict is None:
+    """The OPEN set, locked after its subject's write lock (the order every fact write follows)."""
+    (seen,) = await db_conflicts.get_conflicts(conn, project_id, [conflict_id])
+    if seen is None:
         raise NotFound(f"no conflict set {conflict_id}", field="id")
+    await db_facts.lock_subject(conn, project_id, seen.subject_id)
+    conflict = await db_conflicts.lock(conn, project_id, conflict_id)
+    assert conflict is not None  # conflict sets are never deleted
     if conflict.status is not ConflictStatus.OPEN:
         raise IllegalTransition(f"the conflict set is {conflict.status.value}, not OPEN", field="id")
     return conflict

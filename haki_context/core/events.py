@@ -68,6 +68,7 @@ async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) 
                     occurred_at=event.occurred_at,
                     text=chunk.text,
                     excerpt=chunk.excerpt,
+                    is_turn=chunk.is_turn,
                 )
             )
     if not events:

@@ -1,8 +1,9 @@
 """Writing facts: assertFact's three modes and four outcomes, and retractFact.
 
 Transitions follow the table of DESIGN.md "The write path". Writes to one
-(project, subject, predicate) are serialised by a transaction-scoped advisory
-lock; a partial unique index over ACTIVE values is the backstop.
+(project, subject) are serialised by a transaction-scoped advisory lock (so
+those to one predicate are too); a partial unique index over ACTIVE values is
+the backstop.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
 
     async with rt.pool.acquire() as conn, conn.transaction():
         await _check_sources(conn, project_id, item.subject_id, source_ids)
-        await db_facts.lock_predicate(conn, project_id, item.subject_id, item.predicate)
+        await db_facts.lock_subject(conn, project_id, item.subject_id)
         now = datetime.now(timezone.utc)
         active = await db_facts.active_for_predicate(conn, project_id, item.subject_id, item.predicate)
         equal = [fact for fact, h in active if h == vhash]
@@ -152,9 +153,12 @@ async def retract_fact(rt: Runtime, project_id: str, raw_id: str, reason: str | 
     fact_id = parse_id(raw_id)
     check_optional_reason(reason)
     async with rt.pool.acquire() as conn, conn.transaction():
-        (fact,) = await db_facts.get_facts(conn, project_id, [fact_id], for_update=True)
-        if fact is None:
+        (seen,) = await db_facts.get_facts(conn, project_id, [fact_id])
+        if seen is None:
             raise NotFound(f"no fact {fact_id}", field="id")
+        await db_facts.lock_subject(conn, project_id, seen.subject_id)  # before any row lock
+        (fact,) = await db_facts.get_facts(conn, project_id, [fact_id], for_update=True)
+        assert fact is not None  # facts are never deleted
         if fact.status is FactStatus.RETRACTED:
             raise IllegalTransition("the fact is already RETRACTED", field="id")
         if fact.open_conflict_id is not None:

@@ -52,11 +52,16 @@ def _leaves(value: Any, key: str | None, out: list[str]) -> None:
 
 @dataclass(frozen=True)
 class ChunkText:
-    """One turn-sized piece of an event: its searchable text and its served excerpt."""
+    """One turn-sized piece of an event: its searchable text and its served excerpt.
+
+    `is_turn` tells a conversational turn ("<speaker>: <text>") from a payload
+    only known as JSON: a turn's text can be served as its own excerpt.
+    """
 
     position: int
     text: str
     excerpt: str
+    is_turn: bool = False
 
 
 def event_excerpt(kind: str, payload: Any, limit: int) -> str:
@@ -90,11 +95,10 @@ def event_chunks(kind: str, payload: Any, excerpt_limit: int) -> list[ChunkText]
         chunks = []
         for message in payload["messages"]:
             text = turn_text(message) or compact_json(message)
+            is_turn = turn_text(message) is not None
             for piece in split_long_text(text):
                 part = message if piece == text else {**_as_dict(message), "text": piece}
-                chunks.append(
-                    ChunkText(len(chunks), piece, _chunk_excerpt(kind, part, piece, excerpt_limit))
-                )
+                chunks.append(ChunkText(len(chunks), piece, event_excerpt(kind, part, excerpt_limit), is_turn))
         return chunks
     text = turn_text(payload)
     if text is None:
@@ -102,9 +106,9 @@ def event_chunks(kind: str, payload: Any, excerpt_limit: int) -> list[ChunkText]
         return [ChunkText(0, text[: MAX_CHUNK_CHARS * 4], event_excerpt(kind, payload, excerpt_limit))]
     pieces = split_long_text(text)
     if len(pieces) == 1:
-        return [ChunkText(0, text, event_excerpt(kind, payload, excerpt_limit))]
+        return [ChunkText(0, text, event_excerpt(kind, payload, excerpt_limit), True)]
     return [
-        ChunkText(i, piece, _chunk_excerpt(kind, {**payload, "text": piece}, piece, excerpt_limit))
+        ChunkText(i, piece, event_excerpt(kind, {**payload, "text": piece}, excerpt_limit), True)
         for i, piece in enumerate(pieces)
     ]
 
@@ -113,10 +117,13 @@ def _as_dict(message: Any) -> dict[str, Any]:
     return message if isinstance(message, dict) else {"text": message}
 
 
-def _chunk_excerpt(kind: str, part: Any, text: str, limit: int) -> str:
-    return event_excerpt(kind, part, limit)
-
-
+def served_excerpt(excerpt_format: str, text: str, json_excerpt: str, is_turn: bool, limit: int) -> str:
+    """What a packet serves for a chunk: "json" is the seed's `"<kind> <compact JSON>"`;
+    "text" serves a turn as its own words (`"<speaker>: <text>"`), cut to `limit`, and
+    keeps the JSON form for payloads that are not turns."""
+    if excerpt_format == "text" and is_turn:
+        return text[:limit]
+    return json_excerpt
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 

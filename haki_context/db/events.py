@@ -34,6 +34,7 @@ class NewChunk:
     occurred_at: datetime
     text: str
     excerpt: str
+    is_turn: bool = False
 
 
 async def insert_events(
@@ -68,11 +69,11 @@ async def insert_events(
         await conn.executemany(
             """
             INSERT INTO episode_chunks
-                (project_id, event_id, chunk, subject_id, kind, occurred_at, text, excerpt, embedding)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                (project_id, event_id, chunk, subject_id, kind, occurred_at, text, excerpt, is_turn, embedding)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
             """,
             [
-                (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, v)
+                (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, c.is_turn, v)
                 for c, v in zip(chunks, embeddings)
             ],
         )
@@ -87,8 +88,9 @@ async def insert_events(
             DO UPDATE SET chunk_rows = subjects.chunk_rows + excluded.chunk_rows
             """,
             project_id,
-            list(counts),
-            list(counts.values()),
+            # Sorted: two batches naming the same subjects lock their rows in one order (no deadlock).
+            sorted(counts),
+            [counts[s] for s in sorted(counts)],
         )
 
 

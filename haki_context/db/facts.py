@@ -29,13 +29,19 @@ class NewFact:
     text: str
 
 
-async def lock_predicate(conn: asyncpg.Connection, project_id: str, subject_id: str, predicate: str) -> None:
-    """Serialise writes to one (project, subject, predicate) until the transaction ends."""
+async def lock_subject(conn: asyncpg.Connection, project_id: str, subject_id: str) -> None:
+    """Serialise fact and conflict writes of one (project, subject) until the transaction ends.
+
+    Per subject, not per predicate: a conflict set can hold facts of several
+    predicates, and closing it touches all of them, so two writes on different
+    predicates (or a write and resolveConflict) could take the same rows in
+    opposite orders and deadlock. Every such write takes this one lock first,
+    before any row lock, so they queue instead.
+    """
     await conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2 || chr(31) || $3, 0))",
+        "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 0))",
         project_id,
         subject_id,
-        predicate,
     )
 
 
