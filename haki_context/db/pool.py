@@ -64,6 +64,7 @@ async def create_pool(
         max_size=max_size,
         init=init_connection,
         reset=keep_session,
+        timeout=5.0,  # connecting: a database that is down is answered fast, never waited on
         max_inactive_connection_lifetime=300,
         server_settings={
             "application_name": "haki-context",
