@@ -7,9 +7,12 @@ gives the real all-MiniLM-L6-v2 for those that do.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -25,11 +28,14 @@ from haki_context.settings import EmbedProvider, Settings
 
 
 @pytest.fixture(scope="session")
-def pg_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data_dir = tmp_path_factory.mktemp("haki-data")
+def pg_uri() -> Iterator[str]:
+    # Not under pytest's tmp_path: pytest prunes old run folders, and a concurrent run
+    # would delete this one's database under it.
+    data_dir = Path(tempfile.mkdtemp(prefix="haki-test-"))
     server = embedded.start(data_dir)
     yield server.uri
     server.close()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,179 @@
+"""Migrations: ordered, recorded, idempotent, safe to run concurrently; the storage DESIGN.md asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from haki_context.db import migrate
+
+# Tables about the database itself, not any tenant's data: they carry no project_id.
+NOT_TENANT_DATA = {"schema_migrations", "server_meta"}
+
+
+def with_database(uri: str, name: str) -> str:
+    """The same server URI, pointing at another database."""
+    parts = urlsplit(uri)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+@pytest.fixture
+async def fresh_db(pg_uri: str) -> AsyncIterator[str]:
+    """An empty database on the session's server, dropped afterwards."""
+    name = f"haki_mig_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(pg_uri)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(pg_uri, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def test_migration_files_are_numbered_and_ordered() -> None:
+    names = [name for name, _ in migrate.available()]
+    assert names, "no migrations shipped"
+    assert names == sorted(names)
+    numbers = [int(name.split("_", 1)[0]) for name in names]
+    assert numbers == list(range(1, len(names) + 1)), names
+
+
+async def test_applying_twice_is_a_no_op(migrated: str) -> None:
+    assert await migrate.apply(migrated) == []
+    assert await migrate.apply(migrated) == []
+
+
+async def test_schema_migrations_records_each_file(migrated: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        rows = await conn.fetch("SELECT name, applied_at FROM schema_migrations ORDER BY name")
+        assert [r["name"] for r in rows] == [name for name, _ in migrate.available()]
+        assert all(r["applied_at"] is not None for r in rows)
+        assert await migrate.pending(conn) == []
+    finally:
+        await conn.close()
+
+
+async def test_a_fresh_database_gets_every_migration_in_order(fresh_db: str) -> None:
+    expected = [name for name, _ in migrate.available()]
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        assert await migrate.pending(conn) == expected
+    finally:
+        await conn.close()
+    assert await migrate.apply(fresh_db) == expected
+    assert await migrate.apply(fresh_db) == []
+
+
+async def test_concurrent_migrations_apply_each_file_once(fresh_db: str) -> None:
+    results = await asyncio.gather(*(migrate.apply(fresh_db) for _ in range(3)))
+    expected = [name for name, _ in migrate.available()]
+    assert sorted(results, key=len, reverse=True) == [expected, [], []]
+
+
+async def _indexes(conn: asyncpg.Connection, table: str) -> dict[str, str]:
+    rows = await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = $1", table)
+    return {r["indexname"]: r["indexdef"] for r in rows}
+
+
+@pytest.mark.parametrize("table", ["facts", "episode_chunks"])
+async def test_embeddings_have_an_hnsw_cosine_index(migrated: str, table: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        defs = (await _indexes(conn, table)).values()
+        assert any("USING hnsw (embedding vector_cosine_ops)" in d for d in defs), defs
+        dims = await conn.fetchval(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = $1::regclass AND attname = 'embedding'",
+            table,
+        )
+        assert dims == "vector(384)"
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("table", ["facts", "episode_chunks"])
+async def test_search_vector_is_generated_english_and_gin_indexed(migrated: str, table: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        defs = (await _indexes(conn, table)).values()
+        assert any("USING gin (search_vector)" in d for d in defs), defs
+        row = await conn.fetchrow(
+            "SELECT is_generated, generation_expression FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'search_vector'",
+            table,
+        )
+        assert row["is_generated"] == "ALWAYS"
+        assert "to_tsvector('english'" in row["generation_expression"]
+        stored = await conn.fetchval(
+            "SELECT attgenerated::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'", table
+        )
+        assert stored == "s"  # STORED
+    finally:
+        await conn.close()
+
+
+async def test_every_primary_key_leads_with_project_id(migrated: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        rows = await conn.fetch(
+            """
+            SELECT c.relname AS table_name, a.attname AS first_column
+            FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace
+            JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = i.indkey[0]
+            WHERE i.indisprimary AND n.nspname = 'public'
+            """
+        )
+        leading = {r["table_name"]: r["first_column"] for r in rows if r["table_name"] not in NOT_TENANT_DATA}
+        for table in ("projects", "api_keys", "events", "episode_chunks", "facts", "conflict_sets", "conflict_members"):
+            assert table in leading, f"{table} has no primary key"
+        assert {t: c for t, c in leading.items() if c != "project_id"} == {}
+        # Every table that holds data carries project_id.
+        tables = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+        )
+        for (table,) in tables:
+            if table in NOT_TENANT_DATA:
+                continue
+            has = await conn.fetchval(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'public'"
+                " AND table_name = $1 AND column_name = 'project_id'",
+                table,
+            )
+            assert has == 1, f"{table} has no project_id"
+    finally:
+        await conn.close()
+
+
+async def test_active_facts_have_a_unique_backstop_per_value(migrated: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        rows = await conn.fetch(
+            """
+            SELECT pg_get_indexdef(i.indexrelid) AS def, pg_get_expr(i.indpred, i.indrelid) AS predicate
+            FROM pg_index i WHERE i.indrelid = 'facts'::regclass AND i.indisunique AND NOT i.indisprimary
+            """
+        )
+        assert any(
+            "(project_id, subject_id, predicate, value_hash)" in r["def"] and "ACTIVE" in (r["predicate"] or "")
+            for r in rows
+        ), rows
+    finally:
+        await conn.close()
+
+
+async def test_scope_columns_have_btree_indexes_leading_with_project_id(migrated: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        for table in ("events", "episode_chunks", "facts", "conflict_sets"):
+            defs = (await _indexes(conn, table)).values()
+            assert any("USING btree (project_id, subject_id" in d for d in defs), (table, defs)
+    finally:
+        await conn.close()
