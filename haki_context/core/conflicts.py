@@ -12,6 +12,7 @@ from ..db import facts as db_facts
 from .errors import IllegalTransition, InvalidInput, NotFound
 from .limits import MAX_CONFLICT_FACTS, MIN_CONFLICT_FACTS, check_optional_reason, parse_id, parse_ids
 from .models import ConflictSet, ConflictStatus, FactStatus
+from .records import conflict_from_row, conflict_or_none, conflicts_or_none, facts_or_none
 from .runtime import Runtime
 
 
@@ -24,7 +25,7 @@ async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason
         raise InvalidInput("factIds must not repeat an id", field="factIds")
     check_optional_reason(reason)
     async with rt.pool.acquire() as conn, conn.transaction():
-        seen = await db_facts.get_facts(conn, project_id, ids)
+        seen = facts_or_none(await db_facts.get_facts(conn, project_id, ids))
         missing = [i for i, f in zip(ids, seen) if f is None]
         if missing:
             raise NotFound(f"no fact {', '.join(missing[:5])}", field="factIds")
@@ -32,15 +33,15 @@ async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason
         if len(subjects) != 1:
             raise InvalidInput("every fact of a conflict set must belong to one subject", field="factIds")
         await db_facts.lock_subject(conn, project_id, subjects.pop())  # before any row lock
-        present = [f for f in await db_facts.get_facts(conn, project_id, ids, for_update=True) if f is not None]
+        present = [f for f in facts_or_none(await db_facts.get_facts(conn, project_id, ids, for_update=True)) if f is not None]
         if any(f.status is not FactStatus.ACTIVE for f in present):
             raise InvalidInput("every fact of a conflict set must be ACTIVE", field="factIds")
         if any(f.open_conflict_id for f in present):
             raise InvalidInput("a fact is already in an OPEN conflict set", field="factIds")
         now = datetime.now(timezone.utc)
-        return await db_conflicts.create(
+        return conflict_from_row(await db_conflicts.create(
             conn, project_id, str(uuid.uuid4()), present[0].subject_id, ids, reason, now
-        )
+        ))
 
 
 async def resolve_conflict(rt: Runtime, project_id: str, raw_id: str, raw_keep: str) -> ConflictSet:
@@ -52,9 +53,9 @@ async def resolve_conflict(rt: Runtime, project_id: str, raw_id: str, raw_keep: 
         if keep not in conflict.fact_ids:
             raise IllegalTransition("keepFactId is not a member of this conflict set", field="keepFactId")
         now = datetime.now(timezone.utc)
-        closed = await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED, now, keep)
+        closed = conflict_from_row(await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, keep))
         others = [f for f in conflict.fact_ids if f != keep]
-        await db_facts.supersede(conn, project_id, others, keep, now)
+        facts_or_none(await db_facts.supersede(conn, project_id, others, keep, now))
         return closed
 
 
@@ -64,16 +65,16 @@ async def dismiss_conflict(rt: Runtime, project_id: str, raw_id: str) -> Conflic
     async with rt.pool.acquire() as conn, conn.transaction():
         await _lock_open(conn, project_id, conflict_id)
         now = datetime.now(timezone.utc)
-        return await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.DISMISSED, now, None)
+        return conflict_from_row(await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.DISMISSED.value, now, None))
 
 
 async def _lock_open(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> ConflictSet:
     """The OPEN set, locked after its subject's write lock (the order every fact write follows)."""
-    (seen,) = await db_conflicts.get_conflicts(conn, project_id, [conflict_id])
+    (seen,) = conflicts_or_none(await db_conflicts.get_conflicts(conn, project_id, [conflict_id]))
     if seen is None:
         raise NotFound(f"no conflict set {conflict_id}", field="id")
     await db_facts.lock_subject(conn, project_id, seen.subject_id)
-    conflict = await db_conflicts.lock(conn, project_id, conflict_id)
+    conflict = conflict_or_none(await db_conflicts.lock(conn, project_id, conflict_id))
     assert conflict is not None  # conflict sets are never deleted
     if conflict.status is not ConflictStatus.OPEN:
         raise IllegalTransition(f"the conflict set is {conflict.status.value}, not OPEN", field="id")

@@ -34,6 +34,7 @@ from .limits import (
     parse_ids,
 )
 from .models import AssertMode, AssertOutcome, ConflictStatus, Fact, FactAssertion, FactStatus, Volatility
+from .records import conflict_from_row, fact_from_row, facts_or_none
 from .runtime import Runtime
 from .texts import fact_text
 
@@ -72,13 +73,16 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
         await _check_sources(conn, project_id, item.subject_id, source_ids)
         await db_facts.lock_subject(conn, project_id, item.subject_id)
         now = datetime.now(timezone.utc)
-        active = await db_facts.active_for_predicate(conn, project_id, item.subject_id, item.predicate)
+        active = [
+            (fact_from_row(row), h)
+            for row, h in await db_facts.active_for_predicate(conn, project_id, item.subject_id, item.predicate)
+        ]
         equal = [fact for fact, h in active if h == vhash]
         if equal:
-            fact = await db_facts.reinforce(conn, project_id, equal[0].id, now, source_ids)
+            fact = fact_from_row(await db_facts.reinforce(conn, project_id, equal[0].id, now, source_ids))
             return FactAssertion(fact=fact, outcome=AssertOutcome.REINFORCED)
 
-        new = await db_facts.insert_fact(
+        new = fact_from_row(await db_facts.insert_fact(
             conn,
             project_id,
             db_facts.NewFact(
@@ -96,7 +100,7 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
                 text=text,
             ),
             embedding,
-        )
+        ))
         others = [fact for fact, _ in active]
         if not others or item.mode is AssertMode.ADD:
             return FactAssertion(fact=new, outcome=AssertOutcome.CREATED)
@@ -122,10 +126,10 @@ async def _supersede(
 ) -> FactAssertion:
     # Superseding members of an OPEN set settles that set: RESOLVED, with no kept fact.
     for conflict_id in sorted({f.open_conflict_id for f in others if f.open_conflict_id}):
-        await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED, now, None)
-    superseded = await db_facts.supersede(
+        conflict_from_row(await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, None))
+    superseded = facts_or_none(await db_facts.supersede(
         conn, project_id, [f.id for f in others], new.id, new.valid_from or now
-    )
+    ))
     return FactAssertion(fact=new, outcome=AssertOutcome.SUPERSEDED_PREVIOUS, superseded=tuple(superseded))
 
 
@@ -138,12 +142,12 @@ async def _contest(
         conflict_id = open_ids[0]
         joining = [f.id for f in others if f.open_conflict_id is None] + [new.id]
         await db_conflicts.add_members(conn, project_id, conflict_id, joining)
-        conflict = await db_conflicts.get_one(conn, project_id, conflict_id)
+        conflict = conflict_from_row(await db_conflicts.get_one(conn, project_id, conflict_id))
     else:
-        conflict = await db_conflicts.create(
+        conflict = conflict_from_row(await db_conflicts.create(
             conn, project_id, str(uuid.uuid4()), new.subject_id, [f.id for f in others] + [new.id], None, now
-        )
-    (fresh,) = await db_facts.get_facts(conn, project_id, [new.id])
+        ))
+    (fresh,) = facts_or_none(await db_facts.get_facts(conn, project_id, [new.id]))
     assert fresh is not None
     return FactAssertion(fact=fresh, outcome=AssertOutcome.CONFLICT_OPENED, conflict=conflict)
 
@@ -153,11 +157,11 @@ async def retract_fact(rt: Runtime, project_id: str, raw_id: str, reason: str | 
     fact_id = parse_id(raw_id)
     check_optional_reason(reason)
     async with rt.pool.acquire() as conn, conn.transaction():
-        (seen,) = await db_facts.get_facts(conn, project_id, [fact_id])
+        (seen,) = facts_or_none(await db_facts.get_facts(conn, project_id, [fact_id]))
         if seen is None:
             raise NotFound(f"no fact {fact_id}", field="id")
         await db_facts.lock_subject(conn, project_id, seen.subject_id)  # before any row lock
-        (fact,) = await db_facts.get_facts(conn, project_id, [fact_id], for_update=True)
+        (fact,) = facts_or_none(await db_facts.get_facts(conn, project_id, [fact_id], for_update=True))
         assert fact is not None  # facts are never deleted
         if fact.status is FactStatus.RETRACTED:
             raise IllegalTransition("the fact is already RETRACTED", field="id")
@@ -166,4 +170,4 @@ async def retract_fact(rt: Runtime, project_id: str, raw_id: str, reason: str | 
                 f"the fact is in the OPEN conflict set {fact.open_conflict_id}; resolve or dismiss it first",
                 field="id",
             )
-        return await db_facts.retract(conn, project_id, fact_id, reason)
+        return fact_from_row(await db_facts.retract(conn, project_id, fact_id, reason))

@@ -7,6 +7,7 @@ from ..db import events as db_events
 from ..db import facts as db_facts
 from .limits import try_parse_id
 from .models import ConflictSet, Event, Fact
+from .records import conflicts_or_none, events_or_none, facts_or_none
 from .runtime import Runtime
 
 
@@ -19,7 +20,7 @@ async def events_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[Eve
     if not valid:
         return [None] * len(ids)
     async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, await db_events.get_events(conn, project_id, valid)))
+        found = dict(zip(valid, events_or_none(await db_events.get_events(conn, project_id, valid))))
     return [found.get(try_parse_id(i) or "") for i in ids]
 
 
@@ -28,7 +29,7 @@ async def facts_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[Fact
     if not valid:
         return [None] * len(ids)
     async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, await db_facts.get_facts(conn, project_id, valid)))
+        found = dict(zip(valid, facts_or_none(await db_facts.get_facts(conn, project_id, valid))))
     return [found.get(try_parse_id(i) or "") for i in ids]
 
 
@@ -37,5 +38,5 @@ async def conflicts_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[
     if not valid:
         return [None] * len(ids)
     async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, await db_conflicts.get_conflicts(conn, project_id, valid)))
+        found = dict(zip(valid, conflicts_or_none(await db_conflicts.get_conflicts(conn, project_id, valid))))
     return [found.get(try_parse_id(i) or "") for i in ids]

@@ -8,6 +8,7 @@ from ..db import facts as db_facts
 from .limits import check_page_size, check_subject_id, try_parse_id
 from .models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Page
 from .pagination import decode_cursor, encode_cursor
+from .records import conflicts_or_none, events_or_none, facts_or_none
 from .runtime import Runtime
 
 
@@ -16,7 +17,7 @@ async def fact(rt: Runtime, project_id: str, raw_id: str) -> Fact | None:
     if fact_id is None:
         return None
     async with rt.pool.acquire() as conn:
-        return (await db_facts.get_facts(conn, project_id, [fact_id]))[0]
+        return (facts_or_none(await db_facts.get_facts(conn, project_id, [fact_id])))[0]
 
 
 async def event(rt: Runtime, project_id: str, raw_id: str) -> Event | None:
@@ -24,7 +25,7 @@ async def event(rt: Runtime, project_id: str, raw_id: str) -> Event | None:
     if event_id is None:
         return None
     async with rt.pool.acquire() as conn:
-        return (await db_events.get_events(conn, project_id, [event_id]))[0]
+        return (events_or_none(await db_events.get_events(conn, project_id, [event_id])))[0]
 
 
 async def facts_page(
@@ -34,7 +35,7 @@ async def facts_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = await db_facts.page_facts(conn, project_id, subject_id, status, size + 1, key)
+        rows = facts_or_none(await db_facts.page_facts(conn, project_id, subject_id, status.value if status else None, size + 1, key))
     return Page([(encode_cursor(f.recorded_at, f.id), f) for f in rows[:size]], len(rows) > size)
 
 
@@ -45,7 +46,7 @@ async def events_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = await db_events.page_events(conn, project_id, subject_id, size + 1, key)
+        rows = events_or_none(await db_events.page_events(conn, project_id, subject_id, size + 1, key))
     return Page([(encode_cursor(e.occurred_at, e.id), e) for e in rows[:size]], len(rows) > size)
 
 
@@ -62,5 +63,5 @@ async def conflicts_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = await db_conflicts.page_conflicts(conn, project_id, subject_id, status, size + 1, key)
+        rows = conflicts_or_none(await db_conflicts.page_conflicts(conn, project_id, subject_id, status.value if status else None, size + 1, key))
     return Page([(encode_cursor(c.created_at, c.id), c) for c in rows[:size]], len(rows) > size)

@@ -7,8 +7,7 @@ from typing import Any
 
 import asyncpg
 
-from ..core.models import ConflictSet, ConflictStatus
-from .records import CONFLICT_COLUMNS, conflict_from_row
+from .columns import CONFLICT_COLUMNS
 
 
 async def create(
@@ -19,7 +18,7 @@ async def create(
     fact_ids: list[str],
     reason: str | None,
     now: datetime,
-) -> ConflictSet:
+) -> asyncpg.Record:
     """A new OPEN set holding `fact_ids`; the facts are marked as members of an open set."""
     await conn.execute(
         "INSERT INTO conflict_sets (project_id, id, subject_id, status, reason, created_at)"
@@ -58,17 +57,17 @@ async def close(
     conn: asyncpg.Connection,
     project_id: str,
     conflict_id: str,
-    status: ConflictStatus,
+    status: str,
     now: datetime,
     kept_fact_id: str | None,
-) -> ConflictSet:
+) -> asyncpg.Record:
     """Close an OPEN set (RESOLVED or DISMISSED); its facts stop being members of an open set."""
     await conn.execute(
         "UPDATE conflict_sets SET status = $3, resolved_at = $4, kept_fact_id = $5"
         " WHERE project_id = $1 AND id = $2",
         project_id,
         conflict_id,
-        status.value,
+        status,
         now,
         kept_fact_id,
     )
@@ -80,32 +79,32 @@ async def close(
     return await get_one(conn, project_id, conflict_id)
 
 
-async def lock(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> ConflictSet | None:
+async def lock(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> asyncpg.Record | None:
     """The set, locked for update until the transaction ends; None when unknown."""
     row = await conn.fetchrow(
         f"SELECT {CONFLICT_COLUMNS} FROM conflict_sets c WHERE c.project_id = $1 AND c.id = $2 FOR UPDATE",
         project_id,
         conflict_id,
     )
-    return conflict_from_row(row) if row else None
+    return row
 
 
-async def get_one(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> ConflictSet:
+async def get_one(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> asyncpg.Record:
     row = await conn.fetchrow(
         f"SELECT {CONFLICT_COLUMNS} FROM conflict_sets c WHERE c.project_id = $1 AND c.id = $2",
         project_id,
         conflict_id,
     )
-    return conflict_from_row(row)
+    return row
 
 
-async def get_conflicts(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[ConflictSet | None]:
+async def get_conflicts(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record | None]:
     rows = await conn.fetch(
         f"SELECT {CONFLICT_COLUMNS} FROM conflict_sets c WHERE c.project_id = $1 AND c.id = ANY($2::uuid[])",
         project_id,
         ids,
     )
-    found = {str(r["id"]): conflict_from_row(r) for r in rows}
+    found = {str(r["id"]): r for r in rows}
     return [found.get(i) for i in ids]
 
 
@@ -113,12 +112,12 @@ async def page_conflicts(
     conn: asyncpg.Connection,
     project_id: str,
     subject_id: str | None,
-    status: ConflictStatus | None,
+    status: str | None,
     limit: int,
     after: tuple[datetime, str] | None,
-) -> list[ConflictSet]:
+) -> list[asyncpg.Record]:
     """Conflict sets newest first, optionally of one subject and one status."""
-    args: list[Any] = [project_id, subject_id, status.value if status else None, limit]
+    args: list[Any] = [project_id, subject_id, status, limit]
     keyset = ""
     if after is not None:
         keyset = " AND (c.created_at, c.id) < ($5, $6::uuid)"
@@ -129,4 +128,4 @@ async def page_conflicts(
         " ORDER BY c.created_at DESC, c.id DESC LIMIT $4",
         *args,
     )
-    return [conflict_from_row(r) for r in rows]
+    return list(rows)

@@ -10,8 +10,7 @@ import asyncpg
 import numpy as np
 import orjson
 
-from ..core.models import Event
-from .records import EVENT_COLUMNS, event_from_row
+from .columns import EVENT_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -94,14 +93,14 @@ async def insert_events(
         )
 
 
-async def get_events(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[Event | None]:
+async def get_events(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record | None]:
     """Events by id, in the order asked; None where unknown (or of another project)."""
     rows = await conn.fetch(
         f"SELECT {EVENT_COLUMNS} FROM events WHERE project_id = $1 AND id = ANY($2::uuid[])",
         project_id,
         ids,
     )
-    found = {str(r["id"]): event_from_row(r) for r in rows}
+    found = {str(r["id"]): r for r in rows}
     return [found.get(i) for i in ids]
 
 
@@ -119,7 +118,7 @@ async def page_events(
     subject_id: str,
     limit: int,
     after: tuple[datetime, str] | None,
-) -> list[Event]:
+) -> list[asyncpg.Record]:
     """Events of a subject, newest occurrence first, keyset after `after`; fetches `limit` rows."""
     if after is None:
         rows = await conn.fetch(
@@ -140,4 +139,4 @@ async def page_events(
             after[1],
             limit,
         )
-    return [event_from_row(r) for r in rows]
+    return list(rows)

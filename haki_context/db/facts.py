@@ -9,8 +9,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from ..core.models import Fact, FactStatus
-from .records import FACT_COLUMNS, fact_from_row
+from .columns import FACT_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ async def lock_subject(conn: asyncpg.Connection, project_id: str, subject_id: st
 
 async def active_for_predicate(
     conn: asyncpg.Connection, project_id: str, subject_id: str, predicate: str
-) -> list[tuple[Fact, str]]:
+) -> list[tuple[asyncpg.Record, str]]:
     """ACTIVE facts of (subject, predicate) with their value hashes, locked for update."""
     rows = await conn.fetch(
         f"SELECT {FACT_COLUMNS}, value_hash FROM facts"
@@ -57,10 +56,10 @@ async def active_for_predicate(
         subject_id,
         predicate,
     )
-    return [(fact_from_row(r), r["value_hash"]) for r in rows]
+    return [(r, r["value_hash"]) for r in rows]
 
 
-async def insert_fact(conn: asyncpg.Connection, project_id: str, fact: NewFact, embedding: np.ndarray) -> Fact:
+async def insert_fact(conn: asyncpg.Connection, project_id: str, fact: NewFact, embedding: np.ndarray) -> asyncpg.Record:
     row = await conn.fetchrow(
         f"""
         INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, confidence, status,
@@ -89,12 +88,12 @@ async def insert_fact(conn: asyncpg.Connection, project_id: str, fact: NewFact, 
         project_id,
         fact.subject_id,
     )
-    return fact_from_row(row)
+    return row
 
 
 async def reinforce(
     conn: asyncpg.Connection, project_id: str, fact_id: str, now: datetime, source_event_ids: list[str]
-) -> Fact:
+) -> asyncpg.Record:
     """Move lastReinforcedAt and add provenance; no new version."""
     row = await conn.fetchrow(
         f"""
@@ -108,12 +107,12 @@ async def reinforce(
         now,
         source_event_ids,
     )
-    return fact_from_row(row)
+    return row
 
 
 async def supersede(
     conn: asyncpg.Connection, project_id: str, fact_ids: list[str], by_id: str, valid_to: datetime
-) -> list[Fact]:
+) -> list[asyncpg.Record]:
     """Move facts to SUPERSEDED (validTo set unless already earlier, supersededBy set, version bumped)."""
     rows = await conn.fetch(
         f"""
@@ -129,10 +128,10 @@ async def supersede(
         valid_to,
     )
     order = {fid: i for i, fid in enumerate(fact_ids)}
-    return sorted((fact_from_row(r) for r in rows), key=lambda f: order[f.id])
+    return sorted(rows, key=lambda r: order[str(r["id"])])
 
 
-async def retract(conn: asyncpg.Connection, project_id: str, fact_id: str, reason: str | None) -> Fact:
+async def retract(conn: asyncpg.Connection, project_id: str, fact_id: str, reason: str | None) -> asyncpg.Record:
     row = await conn.fetchrow(
         f"""
         UPDATE facts SET status = 'RETRACTED', retract_reason = $3, version = version + 1
@@ -143,12 +142,12 @@ async def retract(conn: asyncpg.Connection, project_id: str, fact_id: str, reaso
         fact_id,
         reason,
     )
-    return fact_from_row(row)
+    return row
 
 
 async def get_facts(
     conn: asyncpg.Connection, project_id: str, ids: list[str], *, for_update: bool = False
-) -> list[Fact | None]:
+) -> list[asyncpg.Record | None]:
     """Facts by id, in the order asked; None where unknown (or of another project)."""
     lock = " ORDER BY id FOR UPDATE" if for_update else ""
     rows = await conn.fetch(
@@ -156,7 +155,7 @@ async def get_facts(
         project_id,
         ids,
     )
-    found = {str(r["id"]): fact_from_row(r) for r in rows}
+    found = {str(r["id"]): r for r in rows}
     return [found.get(i) for i in ids]
 
 
@@ -164,12 +163,12 @@ async def page_facts(
     conn: asyncpg.Connection,
     project_id: str,
     subject_id: str,
-    status: FactStatus | None,
+    status: str | None,
     limit: int,
     after: tuple[datetime, str] | None,
-) -> list[Fact]:
+) -> list[asyncpg.Record]:
     """Facts of a subject, newest recorded first, keyset after `after`."""
-    args: list[Any] = [project_id, subject_id, status.value if status else None, limit]
+    args: list[Any] = [project_id, subject_id, status, limit]
     keyset = ""
     if after is not None:
         keyset = " AND (recorded_at, id) < ($5, $6::uuid)"
@@ -180,4 +179,4 @@ async def page_facts(
         " ORDER BY recorded_at DESC, id DESC LIMIT $4",
         *args,
     )
-    return [fact_from_row(r) for r in rows]
+    return list(rows)

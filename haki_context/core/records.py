@@ -1,4 +1,4 @@
-"""Rows to domain values: the column lists and converters every read shares."""
+"""Database rows to domain values (the db layer returns rows; the core speaks dataclasses)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,7 @@ from typing import Any
 
 import asyncpg
 
-from ..core.models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Volatility
-
-EVENT_COLUMNS = "id, subject_id, kind, payload, occurred_at, recorded_at, excerpt"
-
-FACT_COLUMNS = (
-    "id, subject_id, predicate, value, confidence, status, volatility, valid_from, valid_to, "
-    "recorded_at, last_reinforced_at, source_event_ids, superseded_by, version, open_conflict_id"
-)
-
-CONFLICT_COLUMNS = (
-    "c.id, c.subject_id, c.status, c.reason, c.created_at, c.resolved_at, c.kept_fact_id, "
-    "ARRAY(SELECT m.fact_id FROM conflict_members m"
-    " WHERE m.project_id = c.project_id AND m.conflict_id = c.id ORDER BY m.position) AS fact_ids"
-)
+from .models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Volatility
 
 
 def _str(value: Any) -> str | None:
@@ -69,3 +56,19 @@ def conflict_from_row(row: asyncpg.Record) -> ConflictSet:
         resolved_at=row["resolved_at"],
         kept_fact_id=_str(row["kept_fact_id"]),
     )
+
+
+def facts_or_none(rows: list[Any]) -> list[Fact | None]:
+    return [None if r is None else fact_from_row(r) for r in rows]
+
+
+def events_or_none(rows: list[Any]) -> list[Event | None]:
+    return [None if r is None else event_from_row(r) for r in rows]
+
+
+def conflicts_or_none(rows: list[Any]) -> list[ConflictSet | None]:
+    return [None if r is None else conflict_from_row(r) for r in rows]
+
+
+def conflict_or_none(row: Any) -> ConflictSet | None:
+    return None if row is None else conflict_from_row(row)
