@@ -10,7 +10,9 @@ from strawberry.extensions import (
     DisableIntrospection,
     MaxAliasesLimiter,
     MaxTokensLimiter,
+    ParserCache,
     QueryDepthLimiter,
+    ValidationCache,
 )
 from strawberry.schema.config import StrawberryConfig
 
@@ -41,6 +43,9 @@ def build_schema(
 ) -> strawberry.Schema:
     """The schema with its limits. Extensions are passed as factories, never shared instances."""
     extensions: list = [
+        # Agents send the same few documents over and over: parse and validate each once.
+        lambda: ParserCache(maxsize=256),
+        lambda: ValidationCache(maxsize=256),
         lambda: QueryDepthLimiter(max_depth=max_depth),
         lambda: MaxAliasesLimiter(max_alias_count=max_aliases),
         lambda: MaxTokensLimiter(max_token_count=max_tokens),
