@@ -37,7 +37,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = load_settings(host=args.host, port=args.port)
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", lifespan="on")
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, log_level="info", lifespan="on", access_log=settings.access_log
+    )
     return 0
 
 

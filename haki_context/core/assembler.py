@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import numpy as np
+
 from ..db import retrieval
 from ..db import traces as db_traces
 from .entities import entities
@@ -93,18 +95,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
 
     # 3-4. Candidates under the hard filters, scored on the union only; episodes alongside.
     t = time.perf_counter()
-    params = retrieval.SearchParams(
-        project_id=project_id,
-        subject_id=subject_id,
-        vector=vector,
-        query=query,
-        now=now,
-        max_lexemes=s.max_query_lexemes,
-        exact_max_rows=s.exact_scan_max_rows,
-        hnsw_fetch=s.hnsw_fetch_rows,
-        horizon_volatile_s=s.horizon_volatile_days * 86400.0,
-        horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
-    )
+    params = search_params(s, project_id, subject_id, vector, query, now)
     found, chunk_rows = await asyncio.gather(
         _with_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit),
         _with_conn(rt, retrieval.episode_candidates, params, s.episode_top_k, s.episode_text_k),
@@ -253,6 +244,24 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
 
 
 # --- helpers, in the order the pipeline uses them
+
+
+def search_params(
+    s: Settings, project_id: str, subject_id: str, vector: np.ndarray, query: str, now: datetime
+) -> retrieval.SearchParams:
+    """What every retrieval statement of one call shares (benchmarks build the same)."""
+    return retrieval.SearchParams(
+        project_id=project_id,
+        subject_id=subject_id,
+        vector=vector,
+        query=query,
+        now=now,
+        max_lexemes=s.max_query_lexemes,
+        exact_max_rows=s.exact_scan_max_rows,
+        hnsw_fetch=s.hnsw_fetch_rows,
+        horizon_volatile_s=s.horizon_volatile_days * 86400.0,
+        horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
+    )
 
 
 async def _with_conn(rt: Runtime, fn, *args):  # type: ignore[no-untyped-def]
