@@ -56,11 +56,11 @@ class Settings(BaseSettings):
     max_budget: int = 100_000
     retrieval_top_k: int = 64
     candidate_limit: int = 256
-    episode_top_k: int = 8
+    episode_top_k: int = 32  # the seed's 8 caps a 900-token packet at 8 turns
     multi_hop_max_entities: int = 2
     multi_hop_max_per_entity: int = 5
     weight_similarity: float = 0.6
-    weight_full_text: float = 0.25
+    weight_full_text: float = 1.0  # the seed's 0.25 under-weighs lexical matches (issue 5 measurements)
     weight_recency: float = 0.15
     recency_tau_days: float = 30.0
     recall_max_distance: float = 0.0  # 0 = gate off
@@ -75,10 +75,10 @@ class Settings(BaseSettings):
     hnsw_fetch_rows: int = 128  # rows taken from an HNSW scan before re-sorting to the top k
     # Episodes: candidates by vector (episode_top_k) and by full text (episode_text_k, 0 = off),
     # ranked by "cosine" (the seed) or "hybrid" (the facts' score).
-    episode_text_k: int = 0
-    episode_ranking: str = "cosine"
+    episode_text_k: int = 32
+    episode_ranking: str = "hybrid"
     # "json": the seed's "<kind> <compact JSON>" excerpt; "text": a turn served as "<speaker>: <text>".
-    episode_excerpt_format: str = "json"
+    episode_excerpt_format: str = "text"
     fusion: str = "weighted"  # how the score's axes combine: weighted | normalized | rrf (core/scoring.py)
 
     # --- volatility horizons, in days (SLOW is still served past its horizon)

@@ -100,15 +100,30 @@ async def test_multi_hop_candidates_that_do_not_fit_are_over_budget(runtime: Run
 
 
 async def test_episodes_are_the_closest_chunks_packed_after_facts(client: GraphQLClient, subject: str) -> None:
-    ids = await record(client, subject, [f"note {i} about the garden and tomatoes" for i in range(12)])
-    packet = await context(client, subject, "garden tomatoes")
+    ids = await record(client, subject, [f"note {i} about the garden and tomatoes" for i in range(40)])
+    packet = await context(client, subject, "garden tomatoes", budget=100_000)
     episode_rows = decisions(packet, itemKind="EPISODE")
-    assert len(episode_rows) == 8  # EPISODE_TOP_K
+    assert len(episode_rows) == 32  # EPISODE_TOP_K
     assert all(d["chunk"] == 0 and d["itemId"] in ids for d in episode_rows)
-    assert [d["rank"] for d in episode_rows] == list(range(1, 9))
+    assert [d["rank"] for d in episode_rows] == list(range(1, 33))
+    scores = [e["score"] for e in packet["episodes"]]
+    assert scores == sorted(scores, reverse=True)
     for e in packet["episodes"]:
+        # A turn is served as its own words: "<speaker>: <text>".
         assert e["chunk"] == 0 and e["kind"] == "conversation.message"
-        assert e["excerpt"].startswith('conversation.message {"') and len(e["excerpt"]) <= 300
+        assert e["excerpt"].startswith("Ann: note ") and len(e["excerpt"]) <= 300
+
+
+async def test_seed_excerpts_are_kind_and_compact_json(runtime: Runtime, subject: str) -> None:
+    c = client_for(with_settings(runtime, episode_excerpt_format="json", episode_top_k=8))
+    try:
+        await record(c, subject, [f"note {i} about the garden" for i in range(12)])
+        packet = await context(c, subject, "garden")
+        assert len(decisions(packet, itemKind="EPISODE")) == 8
+        for e in packet["episodes"]:
+            assert e["excerpt"].startswith('conversation.message {"') and len(e["excerpt"]) <= 300
+    finally:
+        await c.http.aclose()
 
 
 async def test_long_payload_excerpt_is_cut_to_300_characters(client: GraphQLClient, subject: str) -> None:
