@@ -1,0 +1,1 @@
+"""Benchmarks of haki_context: `python -m benchmarks.quality` measures retrieval quality."""

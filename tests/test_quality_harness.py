@@ -1,0 +1,126 @@
+"""Smoke test of the retrieval-quality harness (benchmarks/quality.py, issue 5).
+
+A few questions of one LoCoMo conversation with the hashing embedder, no
+score threshold: the harness runs end to end through GraphQL and its report
+holds every figure (per category and overall; server, BM25 and dense; both
+ingestion modes and both budgets). The data lives at ../shared/data/locomo-dev
+relative to the repository root; without it the test is skipped, unless CI is
+set, where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev"
+sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of the repository, not an installed package
+
+from benchmarks import quality  # noqa: E402
+from benchmarks.locomo import CATEGORIES, events, load_conversation, split_evidence  # noqa: E402
+
+RETRIEVERS = ("server", "bm25", "dense")
+
+
+def _require_data() -> None:
+    if (DATA / "26.json").is_file():
+        return
+    reason = f"LoCoMo dev data not found at {DATA} (expected ../shared/data/locomo-dev beside the repository)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _share(x: object) -> bool:
+    return isinstance(x, float | int) and 0.0 <= float(x) <= 1.0
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, float | int) and math.isfinite(float(x)) and float(x) >= 0.0
+
+
+def test_evidence_ids_are_split_and_unknown_ones_counted() -> None:
+    assert split_evidence(["D8:6; D9:17"]) == ["D8:6", "D9:17"]
+    assert split_evidence(["D9:1 D4:4", "D1:2,D1:3"]) == ["D9:1", "D4:4", "D1:2", "D1:3"]
+    _require_data()
+    conv = load_conversation(DATA / "42.json")
+    assert "D" in conv.invalid_evidence and "D10:19" in conv.invalid_evidence
+    assert all(set(q.evidence) <= conv.turn_ids and q.evidence for q in conv.questions)
+    assert {q.category for q in conv.questions} == set(CATEGORIES)
+
+
+def test_session_events_map_every_chunk_to_its_turn() -> None:
+    _require_data()
+    conv = load_conversation(DATA / "26.json")
+    per_turn, per_session = events(conv, "a"), events(conv, "b")
+    assert [t for e in per_turn for t in e.chunk_turns] == [t.dia_id for t in conv.turns]
+    assert [t for e in per_session for t in e.chunk_turns] == [t.dia_id for t in conv.turns]
+    assert len(per_session) == len(conv.sessions)
+    # mode a: the session date plus one second per turn; mode b: the session date
+    for event, turn in zip(per_turn, conv.turns):
+        assert (event.occurred_at - conv.sessions[turn.session]).total_seconds() == turn.index
+    assert [e.occurred_at for e in per_session] == list(conv.sessions.values())
+
+
+async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, tmp_path: Path) -> None:
+    _require_data()
+    config = quality.parse_args(
+        [
+            "--data", str(DATA),
+            "--conversations", "26",
+            "--limit-questions", "2",
+            "--embedder", "hashing",
+            "--label", "smoke",
+            "--out", str(tmp_path),
+            "--database-url", migrated,
+            "--details",
+            "--quiet",
+        ]
+    )
+    [report] = await quality.run(config)
+
+    # files: JSON and markdown, named by label and date
+    json_path = tmp_path / f"quality-smoke-{report['date']}.json"
+    md_path = tmp_path / f"quality-smoke-{report['date']}.md"
+    assert json.loads(json_path.read_text())["results"] == report["results"]
+    table = md_path.read_text()
+    assert "| mode | budget |" in table and "BM25 recall" in table and "dense recall" in table
+
+    assert report["data"]["conversations"] == ["26"]
+    assert report["data"]["questions"] == 2 * len(CATEGORIES)
+    assert report["data"]["chunks"] == {"a/26": 419, "b/26": 419}
+    assert report["embedder"] == "hashing-384-v1"
+    assert "stop words" in report["references"]["bm25"]
+
+    assert set(report["results"]) == {"a", "b"}
+    for mode in ("a", "b"):
+        assert set(report["results"][mode]) == {"900", "2000"}
+        for budget, res in report["results"][mode].items():
+            groups = {"overall": res["overall"], **{f"category {c}": g for c, g in res["categories"].items()}}
+            assert set(res["categories"]) == {str(c) for c in CATEGORIES}
+            for name, g in groups.items():
+                where = f"mode {mode}, budget {budget}, {name}"
+                assert g["n"] > 0 and g["evidence_turns"] >= g["n"], where
+                for r in RETRIEVERS:
+                    for figure in ("recall", "recall_per_question", "hit"):
+                        assert _share(g[r][figure]), (where, r, figure, g[r])
+                for figure in ("episodes_mean", "tokens_mean", "k_mean"):
+                    assert _number(g[figure]), (where, figure)
+                assert g["tokens_mean"] <= int(budget)
+                for figure in ("client_p50", "client_p95", "trace_p50", "trace_p95"):
+                    assert _number(g["latency_ms"][figure]), (where, figure)
+                assert g["latency_ms"]["client_p50"] <= g["latency_ms"]["client_p95"]
+            assert res["overall"]["n"] == sum(g["n"] for g in res["categories"].values())
+            assert res["overall"]["episodes_mean"] > 0, "the server served no episode"
+
+    # the references answer at the server's k, question by question
+    rows = report["questions"]
+    assert len(rows) == 2 * 2 * 2 * len(CATEGORIES)
+    for row in rows:
+        assert len(row["bm25"]) == len(row["dense"]) == len(row["server"]) == len(set(row["server"]))
