@@ -62,17 +62,25 @@ async def run(turns: int, questions: int, provider: str) -> dict:
         for q in asked[:10]:  # warm-up
             await assemble(rt_new, "bench", "s", q + " warm", 900)
         times: dict[str, list[float]] = {"seed": [], "new": []}
+        steps: dict[str, list[tuple[float, ...]]] = {"seed": [], "new": []}
         for i, q in enumerate(asked):
             name, rt = (("seed", rt_seed), ("new", rt_new))[i % 2]
             t = time.perf_counter()
-            await assemble(rt, "bench", "s", f"{q} ({i})", 900)
+            packet = await assemble(rt, "bench", "s", f"{q} ({i})", 900)
             times[name].append((time.perf_counter() - t) * 1000)
+            tm = packet.trace.timings
+            steps[name].append((tm.embed_ms, tm.retrieve_ms, tm.pack_ms, tm.persist_ms))
         await pool.close()
         embedder.close()
     finally:
         server.close()
     seed, new = statistics.median(times["seed"]), statistics.median(times["new"])
-    return {"turns": turns, "questions_each": len(times["new"]), "embedder": provider,
+    breakdown = {
+        name: dict(zip(("embed_ms", "retrieve_ms", "pack_ms", "persist_ms"),
+                       (statistics.median(col) for col in zip(*rows))))
+        for name, rows in steps.items()
+    }
+    return {"turns": turns, "questions_each": len(times["new"]), "embedder": provider, "p50_breakdown": breakdown,
             "seed_p50_ms": seed, "new_p50_ms": new, "ratio": new / seed,
             "seed_settings": SEED, "at": datetime.now(timezone.utc).isoformat()}
 
