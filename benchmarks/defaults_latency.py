@@ -33,6 +33,7 @@ from .quality import DEFAULT_DATA
 # The seed's assembler (DESIGN.md); everything else as the current defaults.
 SEED = {
     "episode_top_k": 8,
+    "episode_max_k": 8,
     "episode_text_k": 0,
     "episode_ranking": "cosine",
     "episode_excerpt_format": "json",
@@ -93,7 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     result = asyncio.run(run(args.turns, args.questions, args.embedder))
     print(json.dumps(result, indent=2))
-    out = Path("benchmarks/results") / f"defaults-latency-{datetime.now(timezone.utc).date()}.json"
+    out = Path("benchmarks/results") / f"defaults-latency-{args.embedder}-{datetime.now(timezone.utc).date()}.json"
     out.write_text(json.dumps(result, indent=2))
 
 

@@ -56,7 +56,11 @@ class Settings(BaseSettings):
     max_budget: int = 100_000
     retrieval_top_k: int = 64
     candidate_limit: int = 256
+    # Episode candidates per axis grow with the budget: budget // episode_budget_per_candidate,
+    # at least episode_top_k, at most episode_max_k (a 900-token packet holds ~21 turns, 2,000 ~45).
     episode_top_k: int = 32  # the seed's 8 caps a 900-token packet at 8 turns
+    episode_max_k: int = 64
+    episode_budget_per_candidate: int = 28
     multi_hop_max_entities: int = 2
     multi_hop_max_per_entity: int = 5
     weight_similarity: float = 0.6

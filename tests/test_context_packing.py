@@ -100,10 +100,12 @@ async def test_multi_hop_candidates_that_do_not_fit_are_over_budget(runtime: Run
 
 
 async def test_episodes_are_the_closest_chunks_packed_after_facts(client: GraphQLClient, subject: str) -> None:
-    ids = await record(client, subject, [f"note {i} about the garden and tomatoes" for i in range(40)])
-    packet = await context(client, subject, "garden tomatoes", budget=100_000)
+    ids = await record(client, subject, [f"note {i} about the garden and tomatoes" for i in range(80)])
+    packet = await context(client, subject, "garden tomatoes", budget=900)
     episode_rows = decisions(packet, itemKind="EPISODE")
-    assert len(episode_rows) == 32  # EPISODE_TOP_K
+    assert len(episode_rows) == 32  # 900 // 28 candidates (EPISODE_TOP_K is the floor)
+    bigger = await context(client, subject, "garden tomatoes", budget=100_000)
+    assert len(decisions(bigger, itemKind="EPISODE")) == 64  # EPISODE_MAX_K
     assert all(d["chunk"] == 0 and d["itemId"] in ids for d in episode_rows)
     assert [d["rank"] for d in episode_rows] == list(range(1, 33))
     scores = [e["score"] for e in packet["episodes"]]
@@ -115,7 +117,7 @@ async def test_episodes_are_the_closest_chunks_packed_after_facts(client: GraphQ
 
 
 async def test_seed_excerpts_are_kind_and_compact_json(runtime: Runtime, subject: str) -> None:
-    c = client_for(with_settings(runtime, episode_excerpt_format="json", episode_top_k=8))
+    c = client_for(with_settings(runtime, episode_excerpt_format="json", episode_top_k=8, episode_max_k=8))
     try:
         await record(c, subject, [f"note {i} about the garden" for i in range(12)])
         packet = await context(c, subject, "garden")

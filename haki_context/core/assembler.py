@@ -96,9 +96,10 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     # 3-4. Candidates under the hard filters, scored on the union only; episodes alongside.
     t = time.perf_counter()
     params = search_params(s, project_id, subject_id, vector, query, now)
+    episode_k = episode_candidates(s, budget)
     found, chunk_rows = await asyncio.gather(
         _with_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit),
-        _with_conn(rt, retrieval.episode_candidates, params, s.episode_top_k, s.episode_text_k),
+        _with_conn(rt, retrieval.episode_candidates, params, episode_k, min(s.episode_text_k, episode_k)),
     )
     retrieve_ms = _ms(t)
 
@@ -173,7 +174,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     chunks = sorted(
         _chunks(chunk_rows, now, weights, s),
         key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
-    )[: s.episode_top_k]
+    )[:episode_k]
     gated_chunks = {(c.row.event_id, c.row.chunk) for c in chunks if gate > 0 and c.parts.distance > gate}
     kept_chunks, _, left = pack(
         [c for c in chunks if (c.row.event_id, c.row.chunk) not in gated_chunks], lambda c: c.tokens, left
@@ -244,6 +245,11 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
 
 
 # --- helpers, in the order the pipeline uses them
+
+
+def episode_candidates(s: Settings, budget: int) -> int:
+    """How many episode chunks to consider: more for a bigger budget, within the settings' bounds."""
+    return max(s.episode_top_k, min(s.episode_max_k, budget // s.episode_budget_per_candidate))
 
 
 def search_params(
