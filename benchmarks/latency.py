@@ -62,6 +62,7 @@ import numpy as np
 import psutil
 
 from haki_context.app import open_runtime
+from haki_context.core import assembler
 from haki_context.core.assembler import assemble
 from haki_context.core.runtime import Runtime
 from haki_context.core.texts import event_chunks
@@ -268,19 +269,8 @@ class Questions:
 
 
 def search_params(s: Settings, subject: str, vector: np.ndarray, query: str, now: datetime) -> retrieval.SearchParams:
-    """The SearchParams `assembler.assemble` builds (kept in step with it by hand)."""
-    return retrieval.SearchParams(
-        project_id=PROJECT,
-        subject_id=subject,
-        vector=vector,
-        query=query,
-        now=now,
-        max_lexemes=s.max_query_lexemes,
-        exact_max_rows=s.exact_scan_max_rows,
-        hnsw_fetch=s.hnsw_fetch_rows,
-        horizon_volatile_s=s.horizon_volatile_days * 86400.0,
-        horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
-    )
+    """The SearchParams `assembler.assemble` builds, for the benchmark's project."""
+    return assembler.search_params(s, PROJECT, subject, vector, query, now)
 
 
 def database_dsn(base: str, name: str) -> str:
