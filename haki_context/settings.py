@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     max_query_lexemes: int = 32
     # Scopes with at most this many rows are searched by an exact scan; larger
     # ones by HNSW with iterative scans (see db/retrieval.py for why).
-    exact_scan_max_rows: int = 10_000
+    exact_scan_max_rows: int = 2_000
     hnsw_ef_search: int = 100
     hnsw_max_scan_tuples: int = 50_000
     hnsw_fetch_rows: int = 128  # rows taken from an HNSW scan before re-sorting to the top k
