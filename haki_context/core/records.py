@@ -6,7 +6,21 @@ from typing import Any
 
 import asyncpg
 
-from .models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Volatility
+from ..db.traces import REASON_COLUMNS
+from .models import (
+    ConflictSet,
+    ConflictStatus,
+    Decision,
+    EmptyReason,
+    Event,
+    Fact,
+    FactStatus,
+    ItemKind,
+    PacketStatus,
+    ReasonCode,
+    Volatility,
+)
+from .packet import ContextTrace, DecisionCounts, TraceDecision, TraceTimings
 
 
 def _str(value: Any) -> str | None:
@@ -72,3 +86,40 @@ def conflicts_or_none(rows: list[Any]) -> list[ConflictSet | None]:
 
 def conflict_or_none(row: Any) -> ConflictSet | None:
     return None if row is None else conflict_from_row(row)
+
+
+def trace_from_row(row: asyncpg.Record) -> ContextTrace:
+    return ContextTrace(
+        id=str(row["id"]),
+        subject_id=row["subject_id"],
+        query=row["query"],
+        budget_tokens=row["budget_tokens"],
+        used_tokens=row["used_tokens"],
+        status=PacketStatus(row["status"]),
+        empty_reason=EmptyReason(row["empty_reason"]) if row["empty_reason"] else None,
+        warnings=tuple(row["warnings"]),
+        created_at=row["created_at"],
+        timings=TraceTimings(row["embed_ms"], row["retrieve_ms"], row["pack_ms"], row["persist_ms"], row["total_ms"]),
+        counts=DecisionCounts(row["n_included"], row["n_excluded"], row["n_blocked"]),
+        reason_counts={ReasonCode(code): row[col] for code, col in REASON_COLUMNS.items()},
+        facts_served=row["facts_served"],
+        episodes_served=row["episodes_served"],
+    )
+
+
+def decision_from_row(row: asyncpg.Record) -> TraceDecision:
+    return TraceDecision(
+        item_kind=ItemKind(row["item_kind"]),
+        item_id=str(row["item_id"]),
+        chunk=row["chunk"],
+        decision=Decision(row["decision"]),
+        reason_code=ReasonCode(row["reason_code"]),
+        rank=row["rank"],
+        score=row["score"],
+        similarity=row["similarity"],
+        full_text=row["full_text"],
+        recency=row["recency"],
+        distance=row["distance"],
+        tokens=row["tokens"],
+        via_entity=row["via_entity"],
+    )

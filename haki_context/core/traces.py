@@ -10,47 +10,11 @@ import asyncpg
 
 from ..db import traces as db_traces
 from .limits import check_aware, check_page_size, check_subject_id, try_parse_id
-from .models import Decision, EmptyReason, ItemKind, Page, PacketStatus, ReasonCode
+from .models import Page, ReasonCode
 from .pagination import decode_cursor, encode_cursor
-from .packet import ContextTrace, DecisionCounts, TraceDecision, TraceTimings
+from .packet import ContextTrace, TraceDecision
+from .records import decision_from_row, trace_from_row
 from .runtime import Runtime
-
-
-def trace_from_row(row: asyncpg.Record) -> ContextTrace:
-    return ContextTrace(
-        id=str(row["id"]),
-        subject_id=row["subject_id"],
-        query=row["query"],
-        budget_tokens=row["budget_tokens"],
-        used_tokens=row["used_tokens"],
-        status=PacketStatus(row["status"]),
-        empty_reason=EmptyReason(row["empty_reason"]) if row["empty_reason"] else None,
-        warnings=tuple(row["warnings"]),
-        created_at=row["created_at"],
-        timings=TraceTimings(row["embed_ms"], row["retrieve_ms"], row["pack_ms"], row["persist_ms"], row["total_ms"]),
-        counts=DecisionCounts(row["n_included"], row["n_excluded"], row["n_blocked"]),
-        reason_counts={ReasonCode(code): row[col] for code, col in db_traces.REASON_COLUMNS.items()},
-        facts_served=row["facts_served"],
-        episodes_served=row["episodes_served"],
-    )
-
-
-def decision_from_row(row: asyncpg.Record) -> TraceDecision:
-    return TraceDecision(
-        item_kind=ItemKind(row["item_kind"]),
-        item_id=str(row["item_id"]),
-        chunk=row["chunk"],
-        decision=Decision(row["decision"]),
-        reason_code=ReasonCode(row["reason_code"]),
-        rank=row["rank"],
-        score=row["score"],
-        similarity=row["similarity"],
-        full_text=row["full_text"],
-        recency=row["recency"],
-        distance=row["distance"],
-        tokens=row["tokens"],
-        via_entity=row["via_entity"],
-    )
 
 
 async def traces_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[ContextTrace | None]:

@@ -26,13 +26,17 @@ _COMPLEXITY_MARKERS = (
     "more than",  # graphql-core: "Document contains more than N tokens"
 )
 
-_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.exceptions.ConnectionDoesNotExistError,
+# Server-side states of a database that is going away or not there yet.
+_SHUTDOWN_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ConnectionFailureError,
-    asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.ConnectionFailureError,
+)
+# Client-side: a connection lost or broken mid-query ("cannot switch to state"), refused, timed out.
+_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.InterfaceError,
     ConnectionError,
@@ -42,24 +46,30 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 
 def domain_error(exc: BaseException | None) -> HakiError | None:
-    """The HakiError an exception stands for, if it is an expected failure.
+    """The HakiError an exception stands for, if it is an expected failure."""
+    return _find(exc)[0]
 
-    Follows `original_error` first (GraphQL wraps resolver and coercion
-    errors), then `__cause__` / `__context__`.
+
+def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
+    """(the expected failure behind `exc`, whether our code raised it).
+
+    Follows `original_error` first (GraphQL wraps resolver and coercion errors),
+    then `__cause__` / `__context__`. asyncpg's timeouts and lost connections are
+    mapped to TIMEOUT and UNAVAILABLE; their text (which may hold SQL) is not ours.
     """
     for _ in range(8):
         if exc is None:
-            return None
+            break
         if isinstance(exc, HakiError):
-            return exc
+            return exc, True
         if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
-            return Timeout("the statement took longer than HAKI_STATEMENT_TIMEOUT_MS")
-        if isinstance(exc, _CONNECTION_ERRORS) and not isinstance(exc, asyncpg.PostgresError):
-            return Unavailable("the database is unavailable; retry shortly")
-        if isinstance(exc, (asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CannotConnectNowError)):
-            return Unavailable("the database is unavailable; retry shortly")
+            return Timeout("the statement took longer than HAKI_STATEMENT_TIMEOUT_MS"), False
+        if isinstance(exc, _SHUTDOWN_ERRORS) or (
+            isinstance(exc, _CONNECTION_ERRORS) and not isinstance(exc, asyncpg.PostgresError)
+        ):
+            return Unavailable("the database is unavailable; retry shortly"), False
         exc = getattr(exc, "original_error", None) or exc.__cause__ or exc.__context__
-    return None
+    return None, False
 
 
 def is_unexpected(error: GraphQLError) -> bool:
@@ -75,10 +85,9 @@ def format_error(error: GraphQLError) -> dict[str, Any]:
     if error.path:
         formatted["path"] = list(error.path)
     original = error.original_error
-    domain = domain_error(original)
+    domain, ours = _find(original)
     if domain is not None:
-        # A HakiError's own text is safe to show; an asyncpg error's text may hold SQL.
-        if not isinstance(domain_error_source(original), HakiError):
+        if not ours:  # our own messages are safe to show as GraphQL wrapped them; a driver's may hold SQL
             formatted["message"] = domain.message
         formatted["extensions"] = domain.extensions()
         return formatted
@@ -91,16 +100,6 @@ def format_error(error: GraphQLError) -> dict[str, Any]:
     formatted["message"] = f"Internal error (reference {ref})."
     formatted["extensions"] = {"code": "INTERNAL", "reference": ref}
     return formatted
-
-
-def domain_error_source(exc: BaseException | None) -> BaseException | None:
-    """The first HakiError in the chain, if the chain holds one (else the exception itself)."""
-    seen = exc
-    for _ in range(8):
-        if seen is None or isinstance(seen, HakiError):
-            break
-        seen = getattr(seen, "original_error", None) or seen.__cause__ or seen.__context__
-    return seen if isinstance(seen, HakiError) else exc
 
 
 def _is_coercion(error: GraphQLError) -> bool:
