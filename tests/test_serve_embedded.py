@@ -1,0 +1,86 @@
+"""`haki-context serve` on its embedded default: starts PostgreSQL, serves, stops it on Ctrl-C, reuses the data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from haki_context.db import embedded
+
+CLI = str(Path(sys.executable).parent / "haki-context")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "HAKI_DATA_DIR": str(data_dir), "HAKI_EMBED_PROVIDER": "hashing"}
+    env.pop("HAKI_DATABASE_URL", None)
+    return subprocess.Popen(
+        [CLI, "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[str], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else "server exited"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError("the server did not become ready")
+
+
+def _graphql(port: int, query: str) -> dict:
+    body = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=30).json()
+    assert not body.get("errors"), body
+    return body["data"]
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    output, _ = proc.communicate(timeout=60)
+    return output
+
+
+def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="haki-serve-"))
+    try:
+        port = _free_port()
+        first = _serve(data_dir, port)
+        try:
+            _wait_ready(port, first)
+            event = _graphql(port, 'mutation { recordEvent(input: {subjectId: "s", kind: "note",'
+                                   ' payload: {text: "kept across restarts"}}) { id } }')["recordEvent"]["id"]
+            page = httpx.get(f"http://127.0.0.1:{port}/graphql", headers={"accept": "text/html"}, timeout=10)
+            assert page.status_code == 200 and "graphiql" in page.text.lower()
+        finally:
+            log = _stop(first)
+        assert "embedded PostgreSQL started" in log
+        assert not embedded.is_running(data_dir), "Ctrl-C left the embedded PostgreSQL running"
+
+        second = _serve(data_dir, port)
+        try:
+            _wait_ready(port, second)
+            found = _graphql(port, f'{{ event(id: "{event}") {{ payload }} }}')
+            assert found["event"] == {"payload": {"text": "kept across restarts"}}
+        finally:
+            _stop(second)
+        assert not embedded.is_running(data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
