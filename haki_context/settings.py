@@ -83,6 +83,7 @@ class Settings(BaseSettings):
     episode_ranking: str = "hybrid"
     # "json": the seed's "<kind> <compact JSON>" excerpt; "text": a turn served as "<speaker>: <text>".
     episode_excerpt_format: str = "text"
+    speaker_boost: float = 0.1  # added to a turn's score when the query names its speaker (0 = off)
     fusion: str = "weighted"  # how the score's axes combine: weighted | normalized | rrf (core/scoring.py)
 
     # --- volatility horizons, in days (SLOW is still served past its horizon)

@@ -135,3 +135,22 @@ async def test_long_payload_excerpt_is_cut_to_300_characters(client: GraphQLClie
     )
     packet = await context(client, subject, "lorem ipsum")
     assert len(packet["episodes"]) == 1 and len(packet["episodes"][0]["excerpt"]) == 300
+
+
+async def test_turns_of_the_speaker_the_query_names_rank_first(runtime: Runtime, subject: str) -> None:
+    c = client_for(with_settings(runtime, speaker_boost=0.5))
+    try:
+        await c.execute(
+            "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }",
+            {"i": [
+                {"subjectId": subject, "kind": "conversation.message", "payload": {"speaker": "Bruno", "text": "I went hiking"}},
+                {"subjectId": subject, "kind": "conversation.message", "payload": {"speaker": "Claire Dubois", "text": "I went hiking"}},
+            ]},
+        )
+        packet = await context(c, subject, "Where did Claire Dubois go?")
+        assert packet["episodes"][0]["excerpt"] == "Claire Dubois: I went hiking"
+        assert packet["episodes"][0]["score"] - packet["episodes"][1]["score"] >= 0.5 - 1e-9
+        other = await context(c, subject, "Where did Bruno go?")
+        assert other["episodes"][0]["excerpt"] == "Bruno: I went hiking"
+    finally:
+        await c.http.aclose()

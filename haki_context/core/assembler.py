@@ -22,7 +22,7 @@ import numpy as np
 
 from ..db import retrieval
 from ..db import traces as db_traces
-from .entities import entities
+from .entities import entities, names, query_words
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 from .packet import (
@@ -172,7 +172,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     # 9. Episodes, packed into what is left of the same budget.
     t = time.perf_counter()
     chunks = sorted(
-        _chunks(chunk_rows, now, weights, s),
+        _chunks(chunk_rows, now, weights, s, query),
         key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
     )[:episode_k]
     gated_chunks = {(c.row.event_id, c.row.chunk) for c in chunks if gate > 0 and c.parts.distance > gate}
@@ -328,13 +328,16 @@ def _fact_decision(f: _Fact, rank: int, decision: Decision, reason: ReasonCode) 
     )
 
 
-def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settings) -> list[_Chunk]:
+def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settings, query: str) -> list[_Chunk]:
     """Score one pool of episode chunks and build their served lines."""
     parts = score_pool([(r.distance, r.full_text, r.occurred_at) for r in rows], now, w, s.fusion)
+    named = query_words(query) if s.speaker_boost else frozenset()
     out = []
     for row, p in zip(rows, parts):
         # The seed ranks episodes by cosine similarity alone; "hybrid" ranks them like facts.
         score = p.score if s.episode_ranking == "hybrid" else p.similarity
+        if named and row.speaker and names(row.speaker, named):
+            score += s.speaker_boost  # "what did Caroline ..." is most often answered by Caroline
         excerpt = served_excerpt(s.episode_excerpt_format, row.text, row.excerpt, row.is_turn, s.episode_excerpt_chars)
         line = episode_line(excerpt, row.occurred_at)
         out.append(_Chunk(row=row, parts=p, score=score, line=line, tokens=tokens(line), excerpt=excerpt))

@@ -69,6 +69,7 @@ async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) 
                     text=chunk.text,
                     excerpt=chunk.excerpt,
                     is_turn=chunk.is_turn,
+                    speaker=chunk.speaker,
                 )
             )
     if not events:

@@ -62,11 +62,19 @@ class ChunkText:
     text: str
     excerpt: str
     is_turn: bool = False
+    speaker: str | None = None
 
 
 def event_excerpt(kind: str, payload: Any, limit: int) -> str:
     """`"<kind> <compact JSON>"` cut to `limit` characters."""
     return f"{kind} {compact_json(payload)}"[:limit]
+
+
+def turn_speaker(payload: Any) -> str | None:
+    """Who spoke a turn (payload keys `speaker`, `role` or `author`), if said."""
+    if not isinstance(payload, dict):
+        return None
+    return next((payload[k] for k in _SPEAKER_KEYS if isinstance(payload.get(k), str)), None)
 
 
 def turn_text(payload: Any) -> str | None:
@@ -96,19 +104,22 @@ def event_chunks(kind: str, payload: Any, excerpt_limit: int) -> list[ChunkText]
         for message in payload["messages"]:
             text = turn_text(message) or compact_json(message)
             is_turn = turn_text(message) is not None
+            speaker = turn_speaker(message)
             for piece in split_long_text(text):
                 part = message if piece == text else {**_as_dict(message), "text": piece}
-                chunks.append(ChunkText(len(chunks), piece, event_excerpt(kind, part, excerpt_limit), is_turn))
+                excerpt = event_excerpt(kind, part, excerpt_limit)
+                chunks.append(ChunkText(len(chunks), piece, excerpt, is_turn, speaker))
         return chunks
     text = turn_text(payload)
     if text is None:
         text = compact_json(payload)
         return [ChunkText(0, text[: MAX_CHUNK_CHARS * 4], event_excerpt(kind, payload, excerpt_limit))]
     pieces = split_long_text(text)
+    speaker = turn_speaker(payload)
     if len(pieces) == 1:
-        return [ChunkText(0, text, event_excerpt(kind, payload, excerpt_limit), True)]
+        return [ChunkText(0, text, event_excerpt(kind, payload, excerpt_limit), True, speaker)]
     return [
-        ChunkText(i, piece, event_excerpt(kind, {**payload, "text": piece}, excerpt_limit), True)
+        ChunkText(i, piece, event_excerpt(kind, {**payload, "text": piece}, excerpt_limit), True, speaker)
         for i, piece in enumerate(pieces)
     ]
 

@@ -34,6 +34,7 @@ class NewChunk:
     text: str
     excerpt: str
     is_turn: bool = False
+    speaker: str | None = None
 
 
 async def insert_events(
@@ -68,11 +69,11 @@ async def insert_events(
         await conn.executemany(
             """
             INSERT INTO episode_chunks
-                (project_id, event_id, chunk, subject_id, kind, occurred_at, text, excerpt, is_turn, embedding)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                (project_id, event_id, chunk, subject_id, kind, occurred_at, text, excerpt, is_turn, speaker, embedding)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
             """,
             [
-                (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, c.is_turn, v)
+                (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, c.is_turn, c.speaker, v)
                 for c, v in zip(chunks, embeddings)
             ],
         )

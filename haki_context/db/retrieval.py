@@ -120,7 +120,7 @@ candidates AS (
     SELECT event_id, chunk FROM vec_exact UNION SELECT event_id, chunk FROM vec_hnsw
     UNION SELECT event_id, chunk FROM fts
 )
-SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn,
+SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
        c.embedding <=> $3 AS distance,
        CASE WHEN c.search_vector @@ tq.q THEN ts_rank_cd(c.search_vector, tq.q) ELSE 0 END AS full_text
 FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk, tq
@@ -177,6 +177,7 @@ class ChunkRow:
     excerpt: str
     text: str
     is_turn: bool
+    speaker: str | None
     distance: float
     full_text: float
 
@@ -266,6 +267,7 @@ async def episode_candidates(
             excerpt=r["excerpt"],
             text=r["text"],
             is_turn=r["is_turn"],
+            speaker=r["speaker"],
             distance=r["distance"],
             full_text=r["full_text"],
         )

@@ -53,6 +53,7 @@ CREATE TABLE episode_chunks (
     text           text NOT NULL,
     excerpt        text NOT NULL,
     is_turn        boolean NOT NULL DEFAULT false,  -- a conversational turn: its text can be its excerpt
+    speaker        text,                            -- who spoke the turn, when the payload says
     search_vector  tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
     embedding      vector(384) NOT NULL,
     PRIMARY KEY (project_id, event_id, chunk),
