@@ -37,61 +37,64 @@ class NewChunk:
     speaker: str | None = None
 
 
-async def insert_events(
-    conn: asyncpg.Connection,
-    project_id: str,
-    events: list[NewEvent],
-    chunks: list[NewChunk],
-    embeddings: np.ndarray,
+async def insert_events(conn: asyncpg.Connection, project_id: str, events: list[NewEvent]) -> None:
+    """Insert event rows (the caller holds the transaction that also writes their chunks)."""
+    await conn.execute(
+        """
+        INSERT INTO events (project_id, id, subject_id, kind, payload, occurred_at, recorded_at, excerpt)
+        SELECT $1, t.id, t.subject_id, t.kind, t.payload::jsonb, t.occurred_at, t.recorded_at, t.excerpt
+        FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[],
+                    $6::timestamptz[], $7::timestamptz[], $8::text[])
+             AS t(id, subject_id, kind, payload, occurred_at, recorded_at, excerpt)
+        """,
+        project_id,
+        [e.id for e in events],
+        [e.subject_id for e in events],
+        [e.kind for e in events],
+        # Payloads travel as JSON text: asyncpg's array encoder would read a list
+        # payload as another array dimension (a 1-element list lost its brackets).
+        [orjson.dumps(e.payload).decode() for e in events],
+        [e.occurred_at for e in events],
+        [e.recorded_at for e in events],
+        [e.excerpt for e in events],
+    )
+
+
+async def insert_chunks(
+    conn: asyncpg.Connection, project_id: str, chunks: list[NewChunk], embeddings: np.ndarray
 ) -> None:
-    """Insert events and their chunks (with embeddings) in one transaction."""
-    async with conn.transaction():
-        await conn.execute(
-            """
-            INSERT INTO events (project_id, id, subject_id, kind, payload, occurred_at, recorded_at, excerpt)
-            SELECT $1, t.id, t.subject_id, t.kind, t.payload::jsonb, t.occurred_at, t.recorded_at, t.excerpt
-            FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[],
-                        $6::timestamptz[], $7::timestamptz[], $8::text[])
-                 AS t(id, subject_id, kind, payload, occurred_at, recorded_at, excerpt)
-            """,
-            project_id,
-            [e.id for e in events],
-            [e.subject_id for e in events],
-            [e.kind for e in events],
-            # Payloads travel as JSON text: asyncpg's array encoder would read a list
-            # payload as another array dimension (a 1-element list lost its brackets).
-            [orjson.dumps(e.payload).decode() for e in events],
-            [e.occurred_at for e in events],
-            [e.recorded_at for e in events],
-            [e.excerpt for e in events],
-        )
-        # executemany (pipelined) because asyncpg has no codec for vector[] arrays.
-        await conn.executemany(
-            """
-            INSERT INTO episode_chunks
-                (project_id, event_id, chunk, subject_id, kind, occurred_at, text, excerpt, is_turn, speaker, embedding)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-            """,
-            [
-                (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, c.is_turn, c.speaker, v)
-                for c, v in zip(chunks, embeddings)
-            ],
-        )
-        counts: dict[str, int] = {}
-        for c in chunks:
-            counts[c.subject_id] = counts.get(c.subject_id, 0) + 1
-        await conn.execute(
-            """
-            INSERT INTO subjects (project_id, subject_id, chunk_rows)
-            SELECT $1, s, n FROM unnest($2::text[], $3::bigint[]) AS t(s, n)
-            ON CONFLICT (project_id, subject_id)
-            DO UPDATE SET chunk_rows = subjects.chunk_rows + excluded.chunk_rows
-            """,
-            project_id,
-            # Sorted: two batches naming the same subjects lock their rows in one order (no deadlock).
-            sorted(counts),
-            [counts[s] for s in sorted(counts)],
-        )
+    """Insert episode chunks with their embeddings."""
+    # executemany (pipelined) because asyncpg has no codec for vector[] arrays.
+    await conn.executemany(
+        """
+        INSERT INTO episode_chunks
+            (project_id, event_id, chunk, subject_id, kind, occurred_at, text, excerpt, is_turn, speaker, embedding)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        """,
+        [
+            (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, c.is_turn, c.speaker, v)
+            for c, v in zip(chunks, embeddings)
+        ],
+    )
+
+
+async def add_chunk_counts(conn: asyncpg.Connection, project_id: str, chunks: list[NewChunk]) -> None:
+    """Keep `subjects.chunk_rows` (which chooses the search plan) in step with the inserts."""
+    counts: dict[str, int] = {}
+    for c in chunks:
+        counts[c.subject_id] = counts.get(c.subject_id, 0) + 1
+    await conn.execute(
+        """
+        INSERT INTO subjects (project_id, subject_id, chunk_rows)
+        SELECT $1, s, n FROM unnest($2::text[], $3::bigint[]) AS t(s, n)
+        ON CONFLICT (project_id, subject_id)
+        DO UPDATE SET chunk_rows = subjects.chunk_rows + excluded.chunk_rows
+        """,
+        project_id,
+        # Sorted: two batches naming the same subjects lock their rows in one order (no deadlock).
+        sorted(counts),
+        [counts[s] for s in sorted(counts)],
+    )
 
 
 async def get_events(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record | None]:
