@@ -567,7 +567,7 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
 
         for q in qs.take(max(1, cfg.warmup // 2)):
             await graphql(client, DEBUG_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
-        calls, decisions, sizes = [], [], []
+        calls, decisions = [], []
         for q in qs.take(cfg.debug_queries):
             ms, data = await graphql(client, DEBUG_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
             calls.append((ms, data["context"]["traceId"]))

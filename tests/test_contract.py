@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 from graphql import build_schema
-from graphql.utilities import find_breaking_changes, find_dangerous_changes
-from graphql.utilities import DangerousChangeType
+from graphql.utilities import DangerousChangeType, find_breaking_changes, find_dangerous_changes
 
 from haki_context.schema import export_sdl
 

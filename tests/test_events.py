@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conftest import GraphQLClient
+
 from haki_context.core.runtime import Runtime
 
 EVENT = "id subjectId kind payload occurredAt recordedAt excerpt"

@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-
 from conftest import GraphQLClient
 
 FACT = (

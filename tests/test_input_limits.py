@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-
 from conftest import GraphQLClient, client_for, make_settings
+
 from haki_context.core.runtime import Runtime
 
 RECORD = "mutation($input: EventInput!) { recordEvent(input: $input) { id } }"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-
 from conftest import GraphQLClient, client_for, make_settings, open_runtime_for
+
 from haki_context.core.embedder import Embedder
 from haki_context.core.runtime import Runtime
 from haki_context.db import embedded, migrate

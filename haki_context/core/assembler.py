@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import numpy as np
 
 from ..db import retrieval
 from ..db import traces as db_traces
+from ..settings import Settings
 from .entities import entities, names, query_words
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
@@ -38,7 +39,6 @@ from .packing import episode_line, fact_line, pack, render, tokens
 from .runtime import Runtime
 from .scoring import Components, Weights, score_pool
 from .texts import served_excerpt
-from ..settings import Settings
 
 DEFAULT_BUDGET = 900
 
@@ -408,7 +408,5 @@ def _reason_counts(decisions: tuple[TraceDecision, ...]) -> dict[ReasonCode, int
 
 
 def _with_persist_timing(trace: ContextTrace, persist_ms: float) -> ContextTrace:
-    from dataclasses import replace
-
     timings = replace(trace.timings, persist_ms=persist_ms, total_ms=trace.timings.total_ms + persist_ms)
     return replace(trace, timings=timings)

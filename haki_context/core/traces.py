@@ -11,8 +11,8 @@ import asyncpg
 from ..db import traces as db_traces
 from .limits import check_aware, check_page_size, check_subject_id, try_parse_id
 from .models import Page, ReasonCode
-from .pagination import decode_cursor, encode_cursor
 from .packet import ContextTrace, TraceDecision
+from .pagination import decode_cursor, encode_cursor
 from .records import decision_from_row, trace_from_row
 from .runtime import Runtime
 

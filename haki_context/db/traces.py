@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Any
 
 import asyncpg
-
-from typing import Any
 
 # Per-trace counts by reason code: stored on the trace so stats never scan decisions.
 REASON_COLUMNS: dict[str, str] = {

@@ -7,6 +7,7 @@ attributes directly (no copying), and only loader-backed fields are async.
 from __future__ import annotations
 
 from datetime import datetime
+
 import strawberry
 from strawberry.scalars import JSON
 
