@@ -77,9 +77,8 @@ def check_confidence(value: float | None) -> float | None:
 
 
 def check_validity(valid_from: datetime | None, valid_to: datetime | None) -> None:
-    for name, value in (("validFrom", valid_from), ("validTo", valid_to)):
-        if value is not None and value.utcoffset() is None:
-            raise InvalidInput(f"{name} needs a UTC offset", field=name)
+    check_aware("validFrom", valid_from)
+    check_aware("validTo", valid_to)
     if valid_from is not None and valid_to is not None and valid_to <= valid_from:
         raise InvalidInput("validTo must be after validFrom", field="validTo")
 

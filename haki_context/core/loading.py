@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import asyncpg
+
 from ..db import conflicts as db_conflicts
 from ..db import events as db_events
 from ..db import facts as db_facts
@@ -10,33 +15,33 @@ from .models import ConflictSet, Event, Fact
 from .records import conflicts_or_none, events_or_none, facts_or_none
 from .runtime import Runtime
 
+T = TypeVar("T")
 
-def _valid(ids: list[str]) -> list[str]:
-    return sorted({p for p in (try_parse_id(i) for i in ids) if p is not None})
+Fetch = Callable[[asyncpg.Connection, str, list[str]], Awaitable[list[Any]]]
+
+
+async def by_id(
+    rt: Runtime, project_id: str, ids: list[str], fetch: Fetch, convert: Callable[[list[Any]], list[T | None]]
+) -> list[T | None]:
+    """`fetch` the valid ids once (rows in the order asked), convert, and answer in `ids`' order.
+
+    Malformed ids, unknown ids and other projects' ids all answer None.
+    """
+    valid = sorted({p for p in (try_parse_id(i) for i in ids) if p is not None})
+    if not valid:
+        return [None] * len(ids)
+    async with rt.pool.acquire() as conn:
+        found = dict(zip(valid, convert(await fetch(conn, project_id, valid))))
+    return [found.get(try_parse_id(i) or "") for i in ids]
 
 
 async def events_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[Event | None]:
-    valid = _valid(ids)
-    if not valid:
-        return [None] * len(ids)
-    async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, events_or_none(await db_events.get_events(conn, project_id, valid))))
-    return [found.get(try_parse_id(i) or "") for i in ids]
+    return await by_id(rt, project_id, ids, db_events.get_events, events_or_none)
 
 
 async def facts_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[Fact | None]:
-    valid = _valid(ids)
-    if not valid:
-        return [None] * len(ids)
-    async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, facts_or_none(await db_facts.get_facts(conn, project_id, valid))))
-    return [found.get(try_parse_id(i) or "") for i in ids]
+    return await by_id(rt, project_id, ids, db_facts.get_facts, facts_or_none)
 
 
 async def conflicts_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[ConflictSet | None]:
-    valid = _valid(ids)
-    if not valid:
-        return [None] * len(ids)
-    async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, conflicts_or_none(await db_conflicts.get_conflicts(conn, project_id, valid))))
-    return [found.get(try_parse_id(i) or "") for i in ids]
+    return await by_id(rt, project_id, ids, db_conflicts.get_conflicts, conflicts_or_none)

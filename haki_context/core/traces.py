@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 import asyncpg
 
 from ..db import traces as db_traces
-from .limits import check_aware, check_page_size, check_subject_id, try_parse_id
+from .limits import check_aware, check_page_size, check_subject_id
+from .loading import by_id
 from .models import Page, ReasonCode
 from .packet import ContextTrace, TraceDecision
 from .pagination import decode_cursor, encode_cursor
@@ -19,13 +20,9 @@ from .runtime import Runtime
 
 async def traces_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[ContextTrace | None]:
     """Traces by id, in the order asked; None where unknown, malformed or of another project."""
-    valid = sorted({p for p in (try_parse_id(i) for i in ids) if p is not None})
-    if not valid:
-        return [None] * len(ids)
-    async with rt.pool.acquire() as conn:
-        rows = await db_traces.get_traces(conn, project_id, valid)
-    found = {str(r["id"]): trace_from_row(r) for r in rows}
-    return [found.get(try_parse_id(i) or "") for i in ids]
+    return await by_id(
+        rt, project_id, ids, db_traces.get_traces, lambda rows: [r and trace_from_row(r) for r in rows]
+    )
 
 
 async def decisions_by_trace(rt: Runtime, project_id: str, trace_ids: list[str]) -> list[list[TraceDecision]]:

@@ -96,13 +96,15 @@ async def insert(conn: asyncpg.Connection, project_id: str, trace: Any) -> float
     return persist_ms
 
 
-async def get_traces(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record]:
-    """Trace rows of these ids (any order; unknown ids are absent)."""
-    return await conn.fetch(
+async def get_traces(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record | None]:
+    """Trace rows by id, in the order asked; None where unknown (or of another project)."""
+    rows = await conn.fetch(
         f"SELECT {TRACE_COLUMNS} FROM context_traces WHERE project_id = $1 AND id = ANY($2::uuid[])",
         project_id,
         ids,
     )
+    found = {str(r["id"]): r for r in rows}
+    return [found.get(i) for i in ids]
 
 
 async def decisions_for(conn: asyncpg.Connection, project_id: str, trace_ids: list[str]) -> list[asyncpg.Record]:
