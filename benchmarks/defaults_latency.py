@@ -38,7 +38,9 @@ SEED = {
     "episode_ranking": "cosine",
     "episode_excerpt_format": "json",
     "weight_full_text": 0.25,
+    "full_text_rank": "cover_density",
     "fusion": "weighted",
+    "speaker_boost": 0.0,
 }
 
 

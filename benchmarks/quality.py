@@ -102,6 +102,7 @@ REPORTED_SETTINGS = (
     "episode_excerpt_chars",
     "episode_excerpt_format",
     "fusion",
+    "full_text_rank",
     "max_query_lexemes",
     "exact_scan_max_rows",
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 from enum import Enum
 from pathlib import Path
+from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -64,7 +65,7 @@ class Settings(BaseSettings):
     multi_hop_max_entities: int = 2
     multi_hop_max_per_entity: int = 5
     weight_similarity: float = 0.6
-    weight_full_text: float = 1.0  # the seed's 0.25 under-weighs lexical matches (issue 5 measurements)
+    weight_full_text: float = 0.6  # the seed's 0.25 under-weighs lexical matches (issue 5 measurements)
     weight_recency: float = 0.15
     recency_tau_days: float = 30.0
     recall_max_distance: float = 0.0  # 0 = gate off
@@ -84,6 +85,9 @@ class Settings(BaseSettings):
     # "json": the seed's "<kind> <compact JSON>" excerpt; "text": a turn served as "<speaker>: <text>".
     episode_excerpt_format: str = "text"
     speaker_boost: float = 0.1  # added to a turn's score when the query names its speaker (0 = off)
+    # Full-text rank (db/retrieval.py): "idf", the share of the query's idf mass a row holds
+    # (0..1), or "cover_density", the seed's ts_rank_cd of the OR of the query's lexemes.
+    full_text_rank: Literal["idf", "cover_density"] = "idf"
     fusion: str = "weighted"  # how the score's axes combine: weighted | normalized | rrf (core/scoring.py)
 
     # --- volatility horizons, in days (SLOW is still served past its horizon)

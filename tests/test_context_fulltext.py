@@ -1,10 +1,12 @@
-"""The full-text axis: any user text is safe, and one shared stemmed word counts."""
+"""The full-text axis: any user text is safe, one shared stemmed word counts, rare words weigh more."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import GraphQLClient
-from contextlib_helpers import assert_fact, context, decisions
+from conftest import GraphQLClient, client_for
+from contextlib_helpers import assert_fact, context, decisions, record, with_settings
+
+from haki_context.core.runtime import Runtime
 
 HOSTILE = [
     '"); DROP TABLE facts; --',
@@ -36,3 +38,35 @@ async def test_one_shared_stemmed_word_gives_a_full_text_component(client: Graph
     by_id = {d["itemId"]: d for d in decisions(packet, itemKind="FACT")}
     assert by_id[fact["fact"]["id"]]["fullText"] > 0  # "invoice" and "invoices" share the stem
     assert by_id[other["fact"]["id"]]["fullText"] == 0
+
+
+async def test_a_rare_word_weighs_more_than_a_common_one(client: GraphQLClient, subject: str) -> None:
+    for i in range(6):
+        await assert_fact(client, subject, f"meeting_{i}", f"weekly meeting number {i} with the team")
+    rare = await assert_fact(client, subject, "hobby", "paddles a kayak on sundays")
+    both = await assert_fact(client, subject, "plan", "a kayak meeting on the lake")
+    packet = await context(client, subject, "kayak meeting")
+    full_text = {d["itemId"]: d["fullText"] for d in decisions(packet, itemKind="FACT")}
+    common = [v for k, v in full_text.items() if k not in {rare["fact"]["id"], both["fact"]["id"]}]
+    assert len(common) == 6 and max(common) > 0
+    assert full_text[rare["fact"]["id"]] > max(common)  # "kayak" is in 2 of 8 facts, "meet" in 7
+    assert full_text[both["fact"]["id"]] == pytest.approx(1.0)  # every query lexeme: the whole weight
+
+
+async def test_episodes_rank_rare_words_the_same_way(client: GraphQLClient, subject: str) -> None:
+    common_ids = await record(client, subject, [f"we talked about the weather, part {i}" for i in range(6)])
+    rare_id, = await record(client, subject, ["the adoption agency called back"])
+    packet = await context(client, subject, "talk adoption")
+    full_text = {d["itemId"]: d["fullText"] for d in decisions(packet, itemKind="EPISODE")}
+    assert full_text[rare_id] > max(full_text[i] for i in common_ids) > 0
+
+
+async def test_cover_density_rank_stays_selectable(runtime: Runtime, subject: str) -> None:
+    c = client_for(with_settings(runtime, full_text_rank="cover_density"))
+    try:
+        fact = await assert_fact(c, subject, "hobby", "paddles a kayak on sundays")
+        packet = await context(c, subject, "kayak kayak trip")
+        (row,) = decisions(packet, itemKind="FACT", itemId=fact["fact"]["id"])
+        assert 0 < row["fullText"] < 1  # ts_rank_cd of one cover, not a share of the query's weight
+    finally:
+        await c.http.aclose()

@@ -267,6 +267,7 @@ def search_params(
         hnsw_fetch=s.hnsw_fetch_rows,
         horizon_volatile_s=s.horizon_volatile_days * 86400.0,
         horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
+        full_text_rank=s.full_text_rank,
     )
 
 

@@ -1,7 +1,8 @@
 """The hybrid score (DESIGN.md step 4) and its components.
 
-score = w_sim * (1 - cosine distance) + w_ft * ts_rank_cd + w_rec * exp(-Δt / τ),
-Δt = now - coalesce(valid_from, recorded_at). The weights and τ are settings;
+score = w_sim * (1 - cosine distance) + w_ft * full_text + w_rec * exp(-Δt / τ),
+Δt = now - coalesce(valid_from, recorded_at); full_text is the rank SQL computes
+(`full_text_rank`, db/retrieval.py). The weights and τ are settings;
 they are not part of the public contract.
 
 `fusion` chooses how the axes combine over one candidate pool:

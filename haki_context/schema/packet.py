@@ -40,7 +40,7 @@ class TraceDecision:
     rank: int | None = strawberry.field(description="1-based position in score order; null for blocked items.")
     score: float | None = strawberry.field(description="Hybrid score; null for blocked items.")
     similarity: float | None = strawberry.field(description="1 - cosine distance.")
-    full_text: float | None = strawberry.field(description="Full-text rank (ts_rank_cd).")
+    full_text: float | None = strawberry.field(description="Full-text rank: by default the share of the query's idf weight the item holds (0..1).")
     recency: float | None = strawberry.field(description="exp(-age / 30 days) with the defaults.")
     distance: float | None = strawberry.field(description="Cosine distance to the query.")
     tokens: int = strawberry.field(description="Tokens the item takes (or would take) in `rendered`.")
