@@ -10,6 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from conftest import GraphQLClient
+from contextlib_helpers import assert_fact, record
+
+from haki_context.core.runtime import Runtime
 from haki_context.db import migrate
 
 # Tables about the database itself, not any tenant's data: they carry no project_id.
@@ -95,6 +99,25 @@ async def test_embeddings_have_an_hnsw_cosine_index(migrated: str, table: str) -
         assert dims == "vector(384)"
     finally:
         await conn.close()
+
+
+async def test_embeddings_stay_in_the_row_of_a_long_turn(client: GraphQLClient, runtime: Runtime, subject: str) -> None:
+    # ~1,000 characters of text, excerpt and tsvector push the row past TOAST's ~2 kB threshold:
+    # with pgvector's default storage the vector would move out of line (a fetch per distance).
+    text = " ".join(f"word{i} about the harbour festival" for i in range(30))[:1000]
+    (event_id,) = await record(client, subject, [text])
+    fact = await assert_fact(client, subject, "long_note", text)
+    async with runtime.pool.acquire() as conn:
+        chunk = await conn.fetchrow(
+            "SELECT pg_column_toast_chunk_id(embedding) AS toasted, pg_column_size(c.*) AS size"
+            " FROM episode_chunks c WHERE event_id = $1",
+            uuid.UUID(event_id),
+        )
+        fact_toast = await conn.fetchval(
+            "SELECT pg_column_toast_chunk_id(embedding) FROM facts WHERE id = $1", uuid.UUID(fact["fact"]["id"])
+        )
+    assert chunk["size"] > 2100  # the case TOAST would act on
+    assert chunk["toasted"] is None and fact_toast is None
 
 
 @pytest.mark.parametrize("table", ["facts", "episode_chunks"])

@@ -95,23 +95,24 @@ def _idf(table: str, alias: str, scope: str, key: str, k: str, lexemes: str) -> 
     weighs ln(1 + (n - df + 0.5) / (df + 0.5)) (BM25's idf; df = the scope's rows holding
     it, n = the scope's size), a row ranks sum(weights it holds) / sum(all weights), 0..1."""
     cols = key.replace("@", "")
-    on = " AND ".join(f"x.{c.strip()} = k.{c.strip()}" for c in cols.split(","))
     return _Lexical(
         ctes=f"""lex AS ({_QUERY_LEXEMES.format(limit=lexemes)}),
 hits AS MATERIALIZED (
     SELECT l.lexeme, {key.replace('@', alias + '.')} FROM lex l JOIN {table} {alias} ON {scope} AND {alias}.search_vector @@ l.q
 ),
-idf AS (
-    SELECT lexeme, ln(1 + (greatest((SELECT n FROM size), count(*)) - count(*) + 0.5) / (count(*) + 0.5)) AS w
-    FROM hits GROUP BY lexeme
+idf AS MATERIALIZED (
+    SELECT l.lexeme, l.q, ln(1 + (greatest((SELECT n FROM size), count(*)) - count(*) + 0.5) / (count(*) + 0.5)) AS w
+    FROM hits h JOIN lex l USING (lexeme) GROUP BY l.lexeme, l.q
 ),
 lexical AS (
     SELECT {cols}, (sum(i.w) / nullif((SELECT sum(w) FROM idf), 0))::real AS s
     FROM hits h JOIN idf i USING (lexeme) GROUP BY {cols}
 ),""",
         top=f"SELECT {cols} FROM lexical WHERE {k} > 0 ORDER BY s DESC, {cols} LIMIT {k}",
-        join=f" LEFT JOIN lexical x ON {on}",
-        rank_expr="coalesce(x.s, 0)",
+        join="",
+        # per candidate, from its own tsvector: cheaper than joining `lexical` back
+        rank_expr=f"""coalesce((SELECT sum(i.w) FROM idf i WHERE {alias}.search_vector @@ i.q)
+            / nullif((SELECT sum(w) FROM idf), 0), 0)::real""",
     )
 
 
