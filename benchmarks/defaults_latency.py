@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from haki_context.core.assembler import assemble
-from haki_context.core.embedder import Embedder, build_encoder
+from haki_context.core.embedder import Embedder, encoder_for
 from haki_context.core.events import EventInput, record_events
 from haki_context.core.runtime import Runtime
 from haki_context.db import embedded, migrate
@@ -54,7 +54,7 @@ async def run(turns: int, questions: int, provider: str) -> dict:
         await migrate.apply(server.uri)
         pool = await create_pool(server.uri, max_size=4)
         current = Settings(database_url=server.uri, embed_provider=provider)
-        embedder = Embedder(build_encoder(provider), cache_size=0)
+        embedder = Embedder(encoder_for(current), cache_size=0)
         rt_new = Runtime(pool=pool, embedder=embedder, settings=current)
         rt_seed = replace(rt_new, settings=current.model_copy(update=SEED))
         for i in range(0, len(payloads), 200):

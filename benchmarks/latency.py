@@ -161,7 +161,7 @@ def log(message: str) -> None:
 @dataclass
 class Config:
     ns: list[int]
-    embedder: str = "minilm"
+    embedder: str = "onnx"
     database_url: str | None = None
     queries: int = 200  # (a) in-process calls
     http_queries: int = 200  # (b) agent selection, one client
@@ -188,8 +188,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", default=None, help="comma-separated subject sizes (default 1000,10000; 100000 opt-in)")
     p.add_argument("--smoke", action="store_true", help="N = 200, a few queries of each kind")
-    p.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm",
-                   help="hashing: a fast stand-in for smoke runs (it knows no meaning)")
+    p.add_argument("--embedder", choices=["onnx", "minilm", "hashing"], default=Settings().embed_provider.value,
+                   help="default: the server's (onnx); hashing: a fast stand-in for smoke runs (it knows no meaning)")
     p.add_argument("--database-url", default=None,
                    help="a PostgreSQL server to use instead of a fresh embedded one (one database per N is "
                         "created on it, dropped afterwards unless --keep)")

@@ -52,7 +52,7 @@ import numpy as np
 import orjson
 
 from haki_context.app import create_app
-from haki_context.core.embedder import Embedder, build_encoder
+from haki_context.core.embedder import Embedder, encoder_for
 from haki_context.core.runtime import Runtime
 from haki_context.core.texts import event_chunks
 from haki_context.db import embedded, migrate
@@ -220,9 +220,7 @@ async def open_server(config: Config, base: Settings, n_questions: int) -> Async
             hnsw_max_scan_tuples=base.hnsw_max_scan_tuples,
         )
         stack.push_async_callback(pool.close)
-        inner = await asyncio.to_thread(
-            build_encoder, base.embed_provider.value, threads=base.embed_threads, batch_size=base.embed_batch_size
-        )
+        inner = await asyncio.to_thread(encoder_for, base)
         encoder = MemoEncoder(inner, enabled=config.embed_cache)
         # The query cache holds every question, so timed calls never embed (see the module's doc).
         embedder = Embedder(

@@ -19,7 +19,7 @@ from strawberry.asgi import GraphQL
 from strawberry.types import ExecutionResult
 
 from .core.auth import Authenticator
-from .core.embedder import Embedder, build_encoder
+from .core.embedder import Embedder, encoder_for
 from .core.errors import HakiError, PayloadTooLarge
 from .core.runtime import Runtime
 from .core.space import check_embedding_space
@@ -166,10 +166,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
             hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
         )
         stack.push_async_callback(pool.close)
-        encoder = await asyncio.to_thread(
-            build_encoder, settings.embed_provider.value, threads=settings.embed_threads,
-            batch_size=settings.embed_batch_size,
-        )
+        encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
         stack.callback(embedder.close)
         await check_embedding_space(pool, embedder)

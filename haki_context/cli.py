@@ -94,11 +94,11 @@ async def _prune(settings: Settings, days: float | None) -> int:
 
 
 async def _reembed(settings: Settings) -> int:
-    from .core.embedder import Embedder, build_encoder
+    from .core.embedder import Embedder, encoder_for
     from .core.space import reembed
     from .db.pool import create_pool
 
-    encoder = build_encoder(settings.embed_provider.value, threads=settings.embed_threads)
+    encoder = encoder_for(settings)
     embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
     async with database(settings) as dsn:
         await migrate.apply(dsn)

@@ -7,6 +7,7 @@ Defaults are the DESIGN.md defaults. Settings are read from the environment
 from __future__ import annotations
 
 import ipaddress
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Literal
@@ -18,7 +19,7 @@ class EmbedProvider(str, Enum):
     """Which embedder turns texts into vectors."""
 
     MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2 on torch, loaded offline
-    ONNX = "onnx"  # the same model as an int8 ONNX graph on onnxruntime (same vector space)
+    ONNX = "onnx"  # the same weights as our own fp32 ONNX export, on onnxruntime (same vector space)
     HASHING = "hashing"  # deterministic hashing embedder, for tests that do not judge meaning
 
 
@@ -26,6 +27,13 @@ class Settings(BaseSettings):
     """Configuration of one server process."""
 
     model_config = SettingsConfigDict(env_prefix="HAKI_", extra="ignore", frozen=True)
+
+    @property
+    def models_dir(self) -> Path:
+        """Where built model files live: shared by every data directory of the machine by default."""
+        if self.model_cache_dir is not None:
+            return self.model_cache_dir
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "haki-context"
 
     # --- serving
     host: str = "127.0.0.1"
@@ -42,9 +50,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = 64 * 1024 * 1024
 
     # --- embedder
-    embed_provider: EmbedProvider = EmbedProvider.MINILM
+    embed_provider: EmbedProvider = EmbedProvider.ONNX
     embed_threads: int = 1
     embed_batch_size: int = 64
+    model_cache_dir: Path | None = None  # built model files (the ONNX export); None: $XDG_CACHE_HOME/haki-context
     query_cache_size: int = 1024
 
     # --- GraphQL surface limits
