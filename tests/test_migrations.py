@@ -121,11 +121,11 @@ async def test_embeddings_stay_in_the_row_of_a_long_turn(client: GraphQLClient, 
 
 
 @pytest.mark.parametrize("table", ["facts", "episode_chunks"])
-async def test_search_vector_is_generated_english_and_gin_indexed(migrated: str, table: str) -> None:
+async def test_search_vector_is_generated_english_and_gin_indexed_by_scope(migrated: str, table: str) -> None:
     conn = await asyncpg.connect(migrated)
     try:
         defs = (await _indexes(conn, table)).values()
-        assert any("USING gin (search_vector)" in d for d in defs), defs
+        assert any("USING gin (project_id, subject_id, search_vector)" in d for d in defs), defs
         row = await conn.fetchrow(
             "SELECT is_generated, generation_expression FROM information_schema.columns"
             " WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'search_vector'",
@@ -198,5 +198,21 @@ async def test_scope_columns_have_btree_indexes_leading_with_project_id(migrated
         for table in ("events", "episode_chunks", "facts", "conflict_sets"):
             defs = (await _indexes(conn, table)).values()
             assert any("USING btree (project_id, subject_id" in d for d in defs), (table, defs)
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize("table", ["facts", "episode_chunks"])
+async def test_half_precision_vectors_are_generated_and_covered_by_a_scope_index(migrated: str, table: str) -> None:
+    conn = await asyncpg.connect(migrated)
+    try:
+        defs = (await _indexes(conn, table)).values()
+        assert any("btree (project_id, subject_id) INCLUDE (embedding_half" in d for d in defs), defs
+        generated = await conn.fetchval(
+            "SELECT generation_expression FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'embedding_half'",
+            table,
+        )
+        assert generated is not None and "halfvec(384)" in generated
     finally:
         await conn.close()

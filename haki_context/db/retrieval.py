@@ -6,7 +6,10 @@ not in the future, all against one `now` the caller passes to every statement.
 
 Vector search plan, chosen per statement by the scope's row count (kept in
 `subjects` by the write path), with a one-time filter so only one branch runs:
-- scopes up to `exact_max_rows` rows: an exact scan of the scope (recall 1.0);
+- scopes up to `exact_max_rows` rows: an exact scan of the scope, ranked by the
+  inner product of the half-precision copies of the vectors held in the scope's
+  covering index (migration 0006: index-only, ten vectors a page; vectors are
+  unit length, so this is the cosine order but for near-ties);
 - larger scopes: HNSW with `hnsw.iterative_scan = relaxed_order` (set on every
   pooled connection) and a large `ef_search`, over-fetched and re-sorted.
 Without the iterative scan pgvector's filtered HNSW plan silently returns ~4
@@ -128,7 +131,7 @@ WITH size AS (SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id =
 {lexical.ctes}
 vec_exact AS (
     SELECT id FROM (
-        SELECT f.id, f.embedding <=> $3 AS d FROM facts f
+        SELECT f.id, f.embedding_half <#> $3::vector::halfvec(384) AS d FROM facts f
         WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL OFFSET 0) s
     WHERE (SELECT n FROM size) <= $7
     ORDER BY d, id LIMIT $6
@@ -166,7 +169,7 @@ WITH size AS (SELECT coalesce((SELECT chunk_rows FROM subjects WHERE project_id 
 {lexical.ctes}
 vec_exact AS (
     SELECT event_id, chunk FROM (
-        SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
+        SELECT c.event_id, c.chunk, c.embedding_half <#> $3::vector::halfvec(384) AS d FROM episode_chunks c
         WHERE {_CHUNK_SCOPE} OFFSET 0) s
     WHERE (SELECT n FROM size) <= $6
     ORDER BY d, event_id, chunk LIMIT $5
