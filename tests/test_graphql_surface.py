@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import asyncpg
 from conftest import GraphQLClient, client_for
+from strawberry.extensions.validation_cache import _get_validate_cache
 from contextlib_helpers import with_settings
 
 from haki_context.core.runtime import Runtime
@@ -36,6 +37,23 @@ async def test_depth_over_ten_is_query_too_complex(client: GraphQLClient) -> Non
 async def test_more_than_fifteen_aliases_is_query_too_complex(client: GraphQLClient) -> None:
     aliases = " ".join(f'a{i}: fact(id: "{uuid.uuid4()}") {{ id }}' for i in range(16))
     assert (await client.error(f"{{ {aliases} }}"))["extensions"]["code"] == "QUERY_TOO_COMPLEX"
+
+
+async def test_a_repeated_document_is_validated_once(client: GraphQLClient, subject: str) -> None:
+    validate = _get_validate_cache(256)  # the LRU the schema's ValidationCache(maxsize=256) shares
+    query = "query Again($s: String!, $q: String!) { context(subjectId: $s, query: $q) { traceId } }"
+    await client.execute(query, {"s": subject, "q": "first question"})
+    before = validate.cache_info()
+    await client.execute(query, {"s": subject, "q": "another question"})
+    after = validate.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+
+
+async def test_a_too_deep_document_stays_refused_when_sent_again(client: GraphQLClient) -> None:
+    nested = "supersededBy { " * 10 + "id" + " }" * 10
+    query = f'{{ fact(id: "{uuid.uuid4()}") {{ {nested} }} }}'
+    for _ in range(2):  # the second answer comes from the validation cache
+        assert (await client.error(query))["extensions"]["code"] == "QUERY_TOO_COMPLEX"
 
 
 async def test_statement_over_the_timeout_is_timeout_and_stores_nothing(runtime: Runtime, subject: str) -> None:
