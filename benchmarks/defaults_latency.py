@@ -62,8 +62,8 @@ async def run(turns: int, questions: int, provider: str) -> dict:
                 rt_new, "bench",
                 [EventInput("s", "conversation.message", p, at) for p, at in payloads[i : i + 200]],
             )
-        async with pool.acquire() as conn:  # the statistics autovacuum gives a server in use
-            await conn.execute("ANALYZE")
+        async with pool.acquire() as conn:  # what autovacuum gives a server in use: statistics, visibility map
+            await conn.execute("VACUUM ANALYZE")
         for q in asked[:10]:  # warm-up
             await assemble(rt_new, "bench", "s", q + " warm", 900)
         times: dict[str, list[float]] = {"seed": [], "new": []}

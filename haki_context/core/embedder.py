@@ -139,8 +139,14 @@ class OnnxMiniLMEncoder:
         return cls(model_path=path, threads=threads, batch_size=batch_size)
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        out = [self._encode_batch(texts[i : i + self._batch_size]) for i in range(0, len(texts), self._batch_size)]
-        return np.concatenate(out) if out else np.zeros((0, DIMENSIONS), dtype=np.float32)
+        # Batches of similar lengths pad less (sentence-transformers sorts the same way);
+        # the vectors go back in the caller's order.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        for start in range(0, len(order), self._batch_size):
+            rows = order[start : start + self._batch_size]
+            out[rows] = self._encode_batch([texts[i] for i in rows])
+        return out
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
         encoded = self._tokenizer.encode_batch(texts)
