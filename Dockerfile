@@ -28,6 +28,11 @@ COPY haki_context ./haki_context
 RUN pip install . \
     && python -c "import torch; assert torch.version.cuda is None, 'a CUDA torch was installed'"
 
+# The embedder's ONNX export, built once into the image (offline, from the packaged weights)
+# instead of at every container's first start.
+ENV HAKI_MODEL_CACHE_DIR=/opt/haki-models
+RUN haki-context build-model
+
 # Never run as root. HAKI_DATA_DIR only matters if HAKI_DATABASE_URL is left unset.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin haki
 USER haki
@@ -36,7 +41,6 @@ WORKDIR /home/haki
 # HAKI_DATABASE_URL is expected at run time (e.g. postgresql://haki:haki@db:5432/haki); with
 # it set the server uses that database and development mode is off (every request needs a key).
 ENV HAKI_PORT=8000 \
-    HAKI_EMBED_PROVIDER=minilm \
     HAKI_DATA_DIR=/home/haki/.haki-data
 EXPOSE 8000
 

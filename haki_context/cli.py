@@ -1,4 +1,4 @@
-"""`haki-context serve | migrate | prune | reembed | keys create|list|revoke`."""
+"""`haki-context serve | migrate | prune | reembed | build-model | keys create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -112,6 +112,14 @@ async def _reembed(settings: Settings) -> int:
     return 0
 
 
+def _build_model(settings: Settings) -> int:
+    from .core.embedder import encoder_for
+
+    encoder = encoder_for(settings)  # builds the ONNX export into HAKI_MODEL_CACHE_DIR when missing
+    print(f"{encoder.name} ready (model files in {settings.models_dir})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="haki-context", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="port (HAKI_PORT, default 8000)")
     sub.add_parser("migrate", help="apply pending database migrations")
     sub.add_parser("reembed", help="re-embed every stored text with HAKI_EMBED_PROVIDER (switches the database)")
+    sub.add_parser("build-model", help="build the embedder's model files (the ONNX export) ahead of the first start")
     prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")
     prune.add_argument("--days", type=float, default=None, help="default: HAKI_TRACE_RETENTION_DAYS")
     keys = sub.add_parser("keys", help="manage API keys")
@@ -149,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_prune(settings, args.days))
         if args.command == "reembed":
             return asyncio.run(_reembed(settings))
+        if args.command == "build-model":
+            return _build_model(settings)
     except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
         # Expected operator errors (a data dir under /root, an unreachable database): one line, no traceback.
         print(f"haki-context: error: {exc}", file=sys.stderr)

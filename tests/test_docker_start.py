@@ -204,3 +204,12 @@ async def test_image_start_command_serves_against_haki_database_url(migrated: st
         assert await conn.fetchval("SELECT 1") == 1
     finally:
         await conn.close()
+
+
+def test_dockerfile_builds_the_onnx_export_into_the_image() -> None:
+    steps = instructions()
+    build = [i for i, (word, args) in enumerate(steps) if word == "RUN" and "haki-context build-model" in args]
+    cache = [i for i, (word, args) in enumerate(steps) if word == "ENV" and "HAKI_MODEL_CACHE_DIR=" in args]
+    users = [i for i, (word, _) in enumerate(steps) if word == "USER"]
+    assert build and cache and cache[0] < build[0] < users[-1]  # built once, readable by the server's user
+    assert "HAKI_EMBED_PROVIDER" not in " ".join(args for word, args in steps if word == "ENV")  # the default: onnx

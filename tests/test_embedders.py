@@ -119,3 +119,17 @@ async def test_a_database_refuses_another_embedding_space_until_reembedded(
 
 def test_minilm_and_onnx_share_one_space() -> None:
     assert MiniLMEncoder.space == OnnxMiniLMEncoder.space != HashingEncoder.space
+
+
+def test_build_model_command_reuses_a_built_export(
+    model_cache: Path, onnx_encoder: OnnxMiniLMEncoder, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from haki_context.cli import main
+
+    (built,) = model_cache.glob("*.onnx")
+    stamp = built.stat().st_mtime_ns
+    monkeypatch.setenv("HAKI_MODEL_CACHE_DIR", str(model_cache))
+    monkeypatch.setenv("HAKI_EMBED_PROVIDER", "onnx")
+    assert main(["build-model"]) == 0
+    assert f"ready (model files in {model_cache})" in capsys.readouterr().out
+    assert built.stat().st_mtime_ns == stamp
