@@ -66,7 +66,8 @@ from haki_context.core import assembler
 from haki_context.core.assembler import assemble
 from haki_context.core.runtime import Runtime
 from haki_context.core.texts import event_chunks
-from haki_context.db import embedded, retrieval
+from haki_context.core.scope_indexes import build_pending
+from haki_context.db import embedded, retrieval, scope_indexes
 from haki_context.settings import Settings
 
 from . import latency_texts
@@ -399,12 +400,11 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
         "query_cache": {"hits": hits, "misses": misses, "hit_rate": hits / max(1, hits + misses)},
     }
     async with rt.pool.acquire() as conn:
-        counts = await conn.fetchrow("SELECT fact_rows, chunk_rows FROM subjects WHERE project_id = $1"
-                                     " AND subject_id = $2", PROJECT, SUBJECT)
+        indexed = {table for subject, table, _ in await scope_indexes.ready(conn, PROJECT) if subject == SUBJECT}
     recall = {
-        # The plan retrieval.py picks from the subject's row counts.
-        "facts_plan": "exact" if counts["fact_rows"] <= s.exact_scan_max_rows else "hnsw",
-        "episodes_plan": "exact" if counts["chunk_rows"] <= s.exact_scan_max_rows else "hnsw",
+        # The plan retrieval.py picks: the scope's own HNSW index once it is READY, else the exact scan.
+        "facts_plan": "hnsw" if "facts" in indexed else "exact",
+        "episodes_plan": "hnsw" if "episode_chunks" in indexed else "exact",
         "facts_k": s.retrieval_top_k,
         "facts_mean": round(float(np.mean(fact_recall)), 4) if fact_recall else math.nan,
         "facts_min": round(float(np.min(fact_recall)), 4) if fact_recall else math.nan,
@@ -667,6 +667,13 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path) -> 
         report = await seed(dsn, project_id=PROJECT, subject_id=SUBJECT, others=OTHERS, corpus=corpus,
                             fact_vectors=fact_vectors, chunk_vectors=chunk_vectors, sigma=cfg.sigma,
                             maintenance_work_mem=cfg.maintenance_work_mem, log=log)
+        # As the server does in the background: an HNSW index for every scope past scope_index_rows.
+        t = time.perf_counter()
+        built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem)
+        report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
+        report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
+                                    f"{b.table} of {b.subject_id} ({b.rows} rows)" for b in built or []})
+        log(f"  built {len(built or [])} scope indexes in {report.timings_s['create_scope_indexes']:.1f} s")
         result["seed"] = {"rows": report.rows, "timings_s": report.timings_s, "hnsw_indexes": report.hnsw_indexes,
                           "embedding": {"facts": fact_info, "chunks": chunk_info}, "sigma": cfg.sigma,
                           "subjects": len(report.subjects)}
@@ -777,7 +784,7 @@ async def run(cfg: Config) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
     s = Settings(**cfg.overrides)
     result["settings"] = {k: getattr(s, k) for k in (
-        "exact_scan_max_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "retrieval_top_k",
+        "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "retrieval_top_k",
         "episode_top_k", "embed_threads", "embed_batch_size", "pool_max_size")}
     result["distinct_questions_used"] = qs.used
     result["loadavg_end"] = list(os.getloadavg())

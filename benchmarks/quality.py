@@ -104,7 +104,7 @@ REPORTED_SETTINGS = (
     "fusion",
     "full_text_rank",
     "max_query_lexemes",
-    "exact_scan_max_rows",
+    "scope_index_rows",
 )
 
 CONTEXT_QUERY = """

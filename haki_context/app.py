@@ -200,6 +200,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
             if settings.trace_retention_days is not None:
                 task = asyncio.create_task(_retention_loop(rt, settings.trace_retention_days))
                 stack.callback(task.cancel)
+            if settings.scope_index_interval_s > 0:
+                indexer = asyncio.create_task(_scope_index_loop(rt, settings))
+                stack.callback(indexer.cancel)
             log.info("serving GraphQL at http://%s:%s/graphql", settings.host, settings.port)
             yield
 
@@ -245,6 +248,19 @@ async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.
         except Exception:  # noqa: BLE001 - retention must never take the server down
             log.exception("retention pass failed; retrying later")
         await asyncio.sleep(every_seconds)
+
+
+async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
+    """Build the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS, at start-up and then every
+    HAKI_SCOPE_INDEX_INTERVAL_S (builds run concurrently with requests: CREATE INDEX CONCURRENTLY)."""
+    from .core.scope_indexes import build_pending
+
+    while True:
+        try:
+            await build_pending(rt.pool, settings.scope_index_rows, build_memory=settings.scope_index_build_memory)
+        except Exception:  # noqa: BLE001 - a failed build leaves the exact scan in place; retry later
+            log.exception("scope index build failed; retrying later")
+        await asyncio.sleep(settings.scope_index_interval_s)
 
 
 def _attach(app: Starlette, rt: Runtime, settings: Settings) -> None:

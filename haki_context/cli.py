@@ -1,4 +1,4 @@
-"""`haki-context serve | migrate | prune | reembed | build-model | keys create|list|revoke`."""
+"""`haki-context serve | migrate | prune | reembed | build-model | index-scopes | keys create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -112,6 +112,26 @@ async def _reembed(settings: Settings) -> int:
     return 0
 
 
+async def _index_scopes(settings: Settings) -> int:
+    from .core.scope_indexes import build_pending
+    from .db.pool import create_pool
+
+    async with database(settings) as dsn:
+        await migrate.apply(dsn)
+        pool = await create_pool(dsn, max_size=1, statement_timeout_ms=settings.statement_timeout_ms)
+        try:
+            built = await build_pending(pool, settings.scope_index_rows, build_memory=settings.scope_index_build_memory)
+        finally:
+            await pool.close()
+    if built is None:
+        print("another process is building scope indexes; try again when it is done", file=sys.stderr)
+        return 1
+    for scope in built:
+        print(f"built the {scope.table} index of {scope.project_id}/{scope.subject_id} ({scope.rows} rows)")
+    print(f"{len(built)} scope index(es) built; every scope of {settings.scope_index_rows}+ rows has one")
+    return 0
+
+
 def _build_model(settings: Settings) -> int:
     from .core.embedder import encoder_for
 
@@ -128,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="port (HAKI_PORT, default 8000)")
     sub.add_parser("migrate", help="apply pending database migrations")
     sub.add_parser("reembed", help="re-embed every stored text with HAKI_EMBED_PROVIDER (switches the database)")
+    sub.add_parser(
+        "index-scopes", help="build now the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS (the server does it in the background)"
+    )
     sub.add_parser("build-model", help="build the embedder's model files (the ONNX export) ahead of the first start")
     prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")
     prune.add_argument("--days", type=float, default=None, help="default: HAKI_TRACE_RETENTION_DAYS")
@@ -160,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_reembed(settings))
         if args.command == "build-model":
             return _build_model(settings)
+        if args.command == "index-scopes":
+            return asyncio.run(_index_scopes(settings))
     except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
         # Expected operator errors (a data dir under /root, an unreachable database): one line, no traceback.
         print(f"haki-context: error: {exc}", file=sys.stderr)

@@ -81,12 +81,16 @@ class Settings(BaseSettings):
     blocked_trace_limit: int = 256
     episode_excerpt_chars: int = 300
     max_query_lexemes: int = 32
-    # Scopes with at most this many rows are searched by an exact scan (of the scope's
-    # covering index: 4-7 ms at 10,000 rows, 52 ms at 100,000, recall 1.0); larger ones by
-    # HNSW with iterative scans. With the subject 10% of the table, HNSW took 21 ms at
-    # 10,000 rows and, at 100,000 rows in 1,000,000, 56 ms with recall 0.86 (min 0.0)
-    # for facts: not better than the exact scan, and wrong (db/retrieval.py).
-    exact_scan_max_rows: int = 200_000
+    # Vector search plan (db/retrieval.py): a scope holding at least scope_index_rows facts
+    # (or episode chunks) gets an HNSW index of its own, built in the background every
+    # scope_index_interval_s (0 = never in the server; `haki-context index-scopes` builds
+    # at once) with scope_index_build_memory; smaller scopes are scanned exactly (the
+    # scope's covering index: ~5 ms at 10,000 rows, recall 1.0). Measured at 10,000 facts:
+    # own HNSW index 6.3 ms, recall 0.998; the table-wide HNSW it replaces, at 100,000 facts
+    # among 1,000,000: 56 ms, recall 0.86.
+    scope_index_rows: int = 10_000
+    scope_index_interval_s: float = 60.0
+    scope_index_build_memory: str = "512MB"
     hnsw_ef_search: int = 100
     hnsw_max_scan_tuples: int = 50_000
     hnsw_fetch_rows: int = 128  # rows taken from an HNSW scan before re-sorting to the top k

@@ -2,8 +2,8 @@
 
 Runs `python -m benchmarks.latency --smoke --embedder hashing` as a user does
 (N = 200, a few queries of each kind, a fresh embedded PostgreSQL and a real
-server subprocess), with `exact_scan_max_rows` below N so the recall check
-exercises the HNSW plan. No timing assertions: it checks the harness runs end
+server subprocess), with `scope_index_rows` below N so every subject gets its
+own HNSW index and the recall check exercises that plan. No timing assertions: it checks the harness runs end
 to end and its output holds every figure.
 """
 
@@ -20,13 +20,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of the repository, not an installed package
 
 from benchmarks.latency_report import RUN_FIGURES, get, missing_figures  # noqa: E402
+from haki_context.db import scope_indexes  # noqa: E402
 
 
 def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.latency", "--smoke", "--embedder", "hashing",
-         "--out", str(tmp_path), "--cache-dir", str(tmp_path / "cache"), "--set", "exact_scan_max_rows=100"],
+         "--out", str(tmp_path), "--cache-dir", str(tmp_path / "cache"), "--set", "scope_index_rows=100"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -39,8 +40,13 @@ def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
     # The subject is 10% of the tables, and the plan-choosing counts match the rows.
     assert run["seed"]["rows"]["facts"] == 10 * run["seed"]["rows"]["subject_facts"] == 2000
     assert run["seed"]["rows"]["episode_chunks"] == 10 * run["seed"]["rows"]["subject_chunks"]
-    assert set(run["seed"]["hnsw_indexes"]) == {"facts_embedding", "episode_chunks_embedding"}
-    assert run["recall"]["facts_plan"] == "hnsw"  # 200 rows > exact_scan_max_rows=100
+    # Every subject (200 rows each) is past scope_index_rows=100: an index of its own per table.
+    assert set(run["seed"]["hnsw_indexes"]) == {
+        scope_indexes.index_name(table, "default", subject)
+        for subject in ("bench-subject", *(f"bench-other-{k}" for k in range(1, 10)))
+        for table in scope_indexes.TABLES
+    }
+    assert run["recall"]["facts_plan"] == run["recall"]["episodes_plan"] == "hnsw"
     assert 0.0 <= run["recall"]["facts_mean"] <= 1.0 and 0.0 <= run["recall"]["episodes_mean"] <= 1.0
     # Distinct questions: nothing in-process came from the query cache.
     assert run["in_process"]["query_cache"]["hits"] == 0

@@ -1,9 +1,11 @@
-"""Vector search is right at every scope size, with both plans (exact scan and HNSW).
+"""Vector search is right at every scope size, with both plans (exact scan and the scope's own HNSW index).
 
 A 20,000-row table holds a subject with 1% of the rows, one with 50%, one with
-30 rows, and others. For fact candidates and for episode candidates, each plan
-must return min(k, eligible) rows, and at least 0.95 of them must be right (a
-row is right when its distance is at most the exact k-th distance).
+30 rows, and others; every scope of 100+ rows gets its own HNSW index (the
+tiny one keeps the exact scan). For fact candidates and for episode
+candidates, each plan must return min(k, eligible) rows, and at least 0.95 of
+them must be right (a row is right when its distance is at most the exact
+k-th distance).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import numpy as np
 import pytest
 
 from haki_context.core.embedder import HashingEncoder
-from haki_context.db import migrate, retrieval
+from haki_context.core.scope_indexes import build_pending
+from haki_context.db import migrate, retrieval, scope_indexes
 from haki_context.db.pool import create_pool
 
 pytestmark = pytest.mark.slow
@@ -28,6 +31,7 @@ K = 64
 SUBJECTS = {"one-percent": 200, "half": 10_000, "tiny": 30}
 TABLE_ROWS = 20_000
 QUERIES = 20
+SCOPE_INDEX_ROWS = 100  # every scope but the tiny one gets its own HNSW index
 
 
 def _texts(rng: random.Random, n: int) -> list[str]:
@@ -37,7 +41,7 @@ def _texts(rng: random.Random, n: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
-    """A database of its own, bulk-loaded, with the HNSW indexes built after the load."""
+    """A database of its own, bulk-loaded, with the scopes' HNSW indexes built after the load."""
     admin = await asyncpg.connect(pg_uri)
     await admin.execute("DROP DATABASE IF EXISTS haki_recall")
     await admin.execute("CREATE DATABASE haki_recall")
@@ -53,7 +57,6 @@ async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
     now = datetime.now(timezone.utc)
     ids = [uuid.uuid4() for _ in owners]
     async with pool.acquire() as conn:
-        await conn.execute("DROP INDEX facts_embedding; DROP INDEX episode_chunks_embedding")
         await conn.copy_records_to_table(
             "facts",
             records=[
@@ -78,11 +81,12 @@ async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
             "INSERT INTO subjects (project_id, subject_id, fact_rows, chunk_rows)"
             " SELECT 'p', subject_id, count(*), count(*) FROM facts GROUP BY subject_id"
         )
-        await conn.execute("SET maintenance_work_mem = '512MB'")
-        for sql in migrate.available()[0][1].split(";"):
-            if "USING hnsw" in sql:
-                await conn.execute(sql)
         await conn.execute("ANALYZE")
+    built = await build_pending(pool, SCOPE_INDEX_ROWS)
+    assert built is not None
+    assert {(b.subject_id, b.table) for b in built} == {
+        (s, t) for s in ["one-percent", "half", *(f"other-{i}" for i in range(7))] for t in scope_indexes.TABLES
+    }
     yield pool
     await pool.close()
 
@@ -106,12 +110,11 @@ async def test_vector_candidates_are_right_at_every_scope_size(
 ) -> None:
     rng = random.Random(zlib.crc32(f"{table}/{subject}/{plan}".encode()))
     queries = HashingEncoder().encode(_texts(rng, QUERIES))
-    threshold = 1_000_000 if plan == "exact" else 0  # 0: every scope takes the HNSW branch
     recalls = []
     for vector in queries:
         params = retrieval.SearchParams(
             project_id="p", subject_id=subject, vector=vector, query="zzzz", now=datetime.now(timezone.utc),
-            max_lexemes=32, exact_max_rows=threshold, hnsw_fetch=128,
+            max_lexemes=32, use_scope_index=plan == "hnsw", hnsw_fetch=128,
             horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
         )
         async with recall_pool.acquire() as conn:
@@ -125,3 +128,32 @@ async def test_vector_candidates_are_right_at_every_scope_size(
         recalls.append(sum(d <= kth + 1e-9 for d in distances) / len(distances))
     print(f"{table} {subject} {plan}: mean recall {np.mean(recalls):.3f}, min {min(recalls):.3f}")
     assert float(np.mean(recalls)) >= 0.95, recalls
+
+
+@pytest.mark.parametrize("table", ["facts", "episode_chunks"])
+async def test_a_large_scope_is_searched_through_its_own_index(recall_pool: asyncpg.Pool, table: str) -> None:
+    vector = HashingEncoder().encode(["w1 w2 w3"])[0]
+    now = datetime.now(timezone.utc)
+    async with recall_pool.acquire() as conn:
+        assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+        for subject in ("half", "tiny"):
+            # Prepared and run more than five times first: the plan must stay the scope's own.
+            params = retrieval.SearchParams(
+                project_id="p", subject_id=subject, vector=vector, query="w1", now=now, max_lexemes=32,
+                use_scope_index=True, hnsw_fetch=128, horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+            )
+            for _ in range(7):
+                if table == "facts":
+                    await retrieval.fact_candidates(conn, params, K, 256)
+                else:
+                    await retrieval.episode_candidates(conn, params, K, 8)
+            sql = (retrieval.FACT_CANDIDATES_SQL if table == "facts" else retrieval.EPISODE_CANDIDATES_SQL)["idf"]
+            args = ((params.project_id, subject, vector, "w1", now, K, True, 32, 256, 1e9, 1e9, 128)
+                    if table == "facts" else ("p", subject, vector, "w1", K, True, 32, 8, 128))
+            plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args))
+            used = [line for line in plan.splitlines() if "Scan using" in line and "never executed" not in line]
+            own = scope_indexes.index_name(table, "p", subject)
+            if subject == "half":
+                assert any(own in line for line in used), plan
+            else:  # no index of its own: the exact scan, and no HNSW index of another scope
+                assert not any("_hnsw_" in line for line in used), plan

@@ -263,7 +263,7 @@ def search_params(
         query=query,
         now=now,
         max_lexemes=s.max_query_lexemes,
-        exact_max_rows=s.exact_scan_max_rows,
+        use_scope_index=True,
         hnsw_fetch=s.hnsw_fetch_rows,
         horizon_volatile_s=s.horizon_volatile_days * 86400.0,
         horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,

@@ -57,6 +57,12 @@ async def create_pool(
     `hnsw.iterative_scan = relaxed_order` makes a scope-filtered HNSW scan keep
     going until it has enough rows (without it pgvector silently returns ~4 of
     64); results are re-sorted by distance in the statement.
+
+    `plan_cache_mode = force_custom_plan`: a large scope's vector search uses the
+    scope's own partial HNSW index (db/scope_indexes.py), which only a plan made
+    for the statement's actual scope can pick. A generic plan, which PostgreSQL
+    may switch to after five executions of a prepared statement on small scopes,
+    would sort the large scope's every row instead.
     """
     pool = await asyncpg.create_pool(
         dsn,
@@ -73,6 +79,7 @@ async def create_pool(
             "hnsw.ef_search": str(hnsw_ef_search),
             "hnsw.max_scan_tuples": str(hnsw_max_scan_tuples),
             "jit": "off",
+            "plan_cache_mode": "force_custom_plan",
         },
     )
     assert pool is not None

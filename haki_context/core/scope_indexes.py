@@ -1,0 +1,49 @@
+"""Giving every large scope its own HNSW index (the plan choice lives in db/retrieval.py).
+
+Scopes below HAKI_SCOPE_INDEX_ROWS rows are searched by an exact scan; a scope
+that reaches it gets a partial HNSW index, built in the background by the
+server (every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by `haki-context
+index-scopes`. Until the build is done the scope keeps the exact scan, so a
+build in progress (or a failed one) costs speed, never results.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import asyncpg
+
+from ..db import scope_indexes as db_scope_indexes
+from ..db.scope_indexes import Scope
+
+log = logging.getLogger(__name__)
+
+
+async def build_pending(
+    pool: asyncpg.Pool, min_rows: int, *, build_memory: str = "512MB", limit: int = 100
+) -> list[Scope] | None:
+    """Build the indexes of every scope past `min_rows` that lacks one, one at a time.
+
+    Returns the scopes built, or None when another process holds the builders' lock
+    (several servers share one database: one of them builds).
+    """
+    async with pool.acquire() as conn:
+        if not await db_scope_indexes.try_lock(conn):
+            return None
+        try:
+            await db_scope_indexes.configure_builder(conn, build_memory)
+            built = []
+            for scope in await db_scope_indexes.pending(conn, min_rows, limit):
+                started = time.perf_counter()
+                name = await db_scope_indexes.build(conn, scope)
+                log.info(
+                    "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
+                    name, scope.project_id, scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
+                )
+                built.append(scope)
+            return built
+        finally:
+            await db_scope_indexes.reset_builder(conn)
+            await db_scope_indexes.unlock(conn)
+

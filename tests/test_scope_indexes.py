@@ -1,0 +1,116 @@
+"""A scope past HAKI_SCOPE_INDEX_ROWS gets an HNSW index of its own; context answers the same through it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from conftest import GraphQLClient, client_for, make_settings, open_runtime_for
+from contextlib_helpers import assert_fact, context, record
+
+from haki_context.core.embedder import Embedder
+from haki_context.core.runtime import Runtime
+from haki_context.core.scope_indexes import build_pending
+from haki_context.db import migrate, scope_indexes
+
+MIN_ROWS = 12
+PROJECT = "default"  # dev mode
+
+
+@pytest.fixture(scope="module")
+async def scoped(pg_uri: str, hashing_embedder: Embedder) -> AsyncIterator[Runtime]:
+    """A database of its own: the builder considers every scope of a database."""
+    admin = await asyncpg.connect(pg_uri)
+    await admin.execute("DROP DATABASE IF EXISTS haki_scope_indexes")
+    await admin.execute("CREATE DATABASE haki_scope_indexes")
+    await admin.close()
+    dsn = pg_uri.replace("/postgres?", "/haki_scope_indexes?")
+    await migrate.apply(dsn)
+    rt = await open_runtime_for(dsn, make_settings(dsn, scope_index_rows=MIN_ROWS), hashing_embedder)
+    yield rt
+    await rt.pool.close()
+
+
+@pytest.fixture
+async def sclient(scoped: Runtime) -> AsyncIterator[GraphQLClient]:
+    c = client_for(scoped)
+    yield c
+    await c.http.aclose()
+
+
+async def _index_state(rt: Runtime, name: str) -> bool | None:
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchval(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1", name
+        )
+
+
+async def _fill(client: GraphQLClient, subject: str, facts: int, turns: int) -> None:
+    for i in range(facts):
+        await assert_fact(client, subject, f"fact_{i}", f"value {i} about topic {i % 5}", mode="ADD")
+    if turns:
+        await record(client, subject, [f"turn {i} about topic {i % 5}" for i in range(turns)])
+
+
+async def test_a_scope_past_the_threshold_gets_its_own_index_once(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "big", MIN_ROWS, MIN_ROWS)
+    await _fill(sclient, "small", MIN_ROWS - 1, 2)
+    built = await build_pending(scoped.pool, MIN_ROWS)
+    assert built is not None
+    assert {(s.subject_id, s.table) for s in built} == {("big", "facts"), ("big", "episode_chunks")}
+    for table in scope_indexes.TABLES:
+        assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "big")) is True
+        assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "small")) is None
+    assert await build_pending(scoped.pool, MIN_ROWS) == []  # nothing left to build
+    async with scoped.pool.acquire() as conn:
+        assert {t for _, t, _ in await scope_indexes.ready(conn, PROJECT)} == set(scope_indexes.TABLES)
+
+
+async def test_context_answers_the_same_through_the_scope_index(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "same", MIN_ROWS + 3, MIN_ROWS)
+    before = await context(sclient, "same", "value about topic 3", budget=300)
+    await build_pending(scoped.pool, MIN_ROWS)
+    assert await _index_state(scoped, scope_indexes.index_name("facts", PROJECT, "same")) is True
+    after = await context(sclient, "same", "value about topic 3", budget=300)
+    assert [f["id"] for f in after["facts"]] == [f["id"] for f in before["facts"]]
+    assert [(e["eventId"], e["chunk"]) for e in after["episodes"]] == [
+        (e["eventId"], e["chunk"]) for e in before["episodes"]
+    ]
+    assert after["facts"]  # control: the query finds facts at all
+
+
+async def test_an_interrupted_build_is_dropped_and_rebuilt(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "crashed", MIN_ROWS, 0)
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["crashed"]
+    name = scope_indexes.index_name("facts", PROJECT, "crashed")
+    async with scoped.pool.acquire() as conn:  # what a build killed half-way leaves behind
+        await conn.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = (SELECT oid FROM pg_class WHERE relname = $1)",
+            name,
+        )
+        await conn.execute("UPDATE scope_vector_indexes SET ready_at = NULL WHERE index_name = $1", name)
+    assert await _index_state(scoped, name) is False
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["crashed"]
+    assert await _index_state(scoped, name) is True
+
+
+async def test_one_builder_at_a_time(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "waiting", MIN_ROWS, 0)
+    async with scoped.pool.acquire() as other:
+        assert await scope_indexes.try_lock(other)
+        try:
+            assert await build_pending(scoped.pool, MIN_ROWS) is None  # another builder holds the lock
+        finally:
+            await scope_indexes.unlock(other)
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["waiting"]
+
+
+async def test_scope_ids_that_look_like_sql_are_only_data(scoped: Runtime, sclient: GraphQLClient) -> None:
+    hostile = "x'; DROP TABLE facts; --\"%I"
+    await _fill(sclient, hostile, MIN_ROWS, 0)
+    built = await build_pending(scoped.pool, MIN_ROWS)
+    assert [s.subject_id for s in built or []] == [hostile]
+    assert await _index_state(scoped, scope_indexes.index_name("facts", PROJECT, hostile)) is True
+    packet = await context(sclient, hostile, "value about topic 1")
+    assert packet["facts"]
