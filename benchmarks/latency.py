@@ -181,6 +181,7 @@ class Config:
     overrides: dict[str, str] = field(default_factory=dict)
     smoke: bool = False
     keep: bool = False
+    reuse: bool = False
     argv: list[str] = field(default_factory=list)
 
 
@@ -211,6 +212,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a haki_context Settings field, for the in-process runtime and the server alike")
     p.add_argument("--keep", action="store_true", help="with --database-url: keep the benchmark databases")
+    p.add_argument("--reuse", action="store_true",
+                   help="with --database-url: measure on a kept database of the same N instead of seeding anew")
     a = p.parse_args(argv)
     smoke = a.smoke
     defaults = dict(queries=6, http_queries=6, debug_queries=4, concurrent_calls=16, sql_pairs=6, warmup=2,
@@ -234,7 +237,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         concurrent_calls=pick("concurrent_calls"), sql_pairs=pick("sql_pairs"), warmup=pick("warmup"),
         ingest=pick("ingest"), ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
         budget=a.budget, sigma=a.sigma, maintenance_work_mem=a.maintenance_work_mem, cache_dir=a.cache_dir,
-        out=a.out, overrides=overrides, smoke=smoke, keep=a.keep, argv=list(sys.argv if argv is None else argv),
+        out=a.out, overrides=overrides, smoke=smoke, keep=a.keep, reuse=a.reuse, argv=list(sys.argv if argv is None else argv),
     )
 
 
@@ -287,6 +290,50 @@ async def create_database(base: str, name: str) -> str:
     finally:
         await conn.close()
     return database_dsn(base, name)
+
+
+async def seeded(base: str, name: str, n: int) -> bool:
+    """True when database `name` holds a seeded subject of N facts (kept by an earlier --keep run)."""
+    conn = await asyncpg.connect(base)
+    try:
+        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
+            return False
+    finally:
+        await conn.close()
+    conn = await asyncpg.connect(database_dsn(base, name))
+    try:
+        rows = await conn.fetchval("SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2",
+                                   PROJECT, SUBJECT)
+        if rows != n:
+            return False
+        # The ingestion phase writes into a subject of its own: start it empty again.
+        await conn.execute("DELETE FROM events WHERE project_id = $1 AND subject_id = $2", PROJECT, INGEST_SUBJECT)
+        await conn.execute("DELETE FROM subjects WHERE project_id = $1 AND subject_id = $2", PROJECT, INGEST_SUBJECT)
+        return True
+    finally:
+        await conn.close()
+
+
+async def keep_seed_report(dsn: str, report: dict[str, Any]) -> None:
+    """Keep the seed's figures with the database (its comment), for a later --reuse run to report."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        text = json.dumps({**report, "seeded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        literal = await conn.fetchval("SELECT quote_literal($1::text)", text)
+        await conn.execute(f"COMMENT ON DATABASE {await conn.fetchval('SELECT quote_ident(current_database())')}"
+                           f" IS {literal}")
+    finally:
+        await conn.close()
+
+
+async def seed_report_of(dsn: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        text = await conn.fetchval("SELECT shobj_description(oid, 'pg_database') FROM pg_database"
+                                   " WHERE datname = current_database()")
+    finally:
+        await conn.close()
+    return json.loads(text) if text else {}
 
 
 async def drop_database(base: str, name: str) -> None:
@@ -652,31 +699,36 @@ async def measure_ingestion(rt: Runtime, server: Server, cfg: Config, n: int) ->
 # --- one N
 
 
-async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path) -> dict[str, Any]:
+async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, reused: bool = False) -> dict[str, Any]:
     settings = Settings(database_url=dsn, embed_provider=cfg.embedder, dev_mode=True, **cfg.overrides)
     result: dict[str, Any] = {"n": n}
     rt, stack = await open_runtime(settings)  # migrates the fresh database, loads the embedder
     async with stack:
         result["embedder"] = rt.embedder.name
-        log(f"N={n}: corpus and embeddings ({rt.embedder.name})")
-        corpus = build_corpus(n, settings.episode_excerpt_chars)
-        cache = EmbeddingCache(cfg.cache_dir, rt.embedder.name)
-        fact_vectors, fact_info = await embed_cached(cache, corpus.fact_texts, rt.embedder.embed_many, log=log)
-        chunk_vectors, chunk_info = await embed_cached(cache, corpus.chunk_texts, rt.embedder.embed_many, log=log)
-        log(f"N={n}: loading {n} facts and {n} events x 10 subjects")
-        report = await seed(dsn, project_id=PROJECT, subject_id=SUBJECT, others=OTHERS, corpus=corpus,
-                            fact_vectors=fact_vectors, chunk_vectors=chunk_vectors, sigma=cfg.sigma,
-                            maintenance_work_mem=cfg.maintenance_work_mem, log=log)
-        # As the server does in the background: an HNSW index for every scope past scope_index_rows.
-        t = time.perf_counter()
-        built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem)
-        report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
-        report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
-                                    f"{b.table} of {b.subject_id} ({b.rows} rows)" for b in built or []})
-        log(f"  built {len(built or [])} scope indexes in {report.timings_s['create_scope_indexes']:.1f} s")
-        result["seed"] = {"rows": report.rows, "timings_s": report.timings_s, "hnsw_indexes": report.hnsw_indexes,
-                          "embedding": {"facts": fact_info, "chunks": chunk_info}, "sigma": cfg.sigma,
-                          "subjects": len(report.subjects)}
+        if reused:
+            result["seed"] = {**await seed_report_of(dsn), "reused": True}
+            log(f"N={n}: reusing the kept database (seeded {result['seed'].get('seeded_at', '?')})")
+        else:
+            log(f"N={n}: corpus and embeddings ({rt.embedder.name})")
+            corpus = build_corpus(n, settings.episode_excerpt_chars)
+            cache = EmbeddingCache(cfg.cache_dir, rt.embedder.name)
+            fact_vectors, fact_info = await embed_cached(cache, corpus.fact_texts, rt.embedder.embed_many, log=log)
+            chunk_vectors, chunk_info = await embed_cached(cache, corpus.chunk_texts, rt.embedder.embed_many, log=log)
+            log(f"N={n}: loading {n} facts and {n} events x 10 subjects")
+            report = await seed(dsn, project_id=PROJECT, subject_id=SUBJECT, others=OTHERS, corpus=corpus,
+                                fact_vectors=fact_vectors, chunk_vectors=chunk_vectors, sigma=cfg.sigma,
+                                maintenance_work_mem=cfg.maintenance_work_mem, log=log)
+            # As the server does in the background: an HNSW index for every scope past scope_index_rows.
+            t = time.perf_counter()
+            built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem)
+            report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
+            report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
+                                        f"{b.table} of {b.subject_id} ({b.rows} rows)" for b in built or []})
+            log(f"  built {len(built or [])} scope indexes in {report.timings_s['create_scope_indexes']:.1f} s")
+            result["seed"] = {"rows": report.rows, "timings_s": report.timings_s, "hnsw_indexes": report.hnsw_indexes,
+                              "embedding": {"facts": fact_info, "chunks": chunk_info}, "sigma": cfg.sigma,
+                              "subjects": len(report.subjects)}
+            await keep_seed_report(dsn, result["seed"])
         await rt.pool.expire_connections()  # fresh connections see the rebuilt indexes and statistics
 
         phase_load = result["loadavg_1min_by_phase"] = {}
@@ -772,8 +824,9 @@ async def run(cfg: Config) -> dict[str, Any]:
             base = pg.uri
         for n in cfg.ns:
             name = f"haki_bench_{n}"
-            dsn = await create_database(base, name)
-            result["runs"].append(await run_n(cfg, n, dsn, qs, workdir))
+            reused = cfg.reuse and cfg.database_url is not None and await seeded(base, name, n)
+            dsn = database_dsn(base, name) if reused else await create_database(base, name)
+            result["runs"].append(await run_n(cfg, n, dsn, qs, workdir, reused=reused))
             if "postgres" not in result:
                 result["postgres"] = await postgres_info(dsn)
             if cfg.database_url and not cfg.keep:

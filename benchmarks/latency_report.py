@@ -104,7 +104,8 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
     add("1-min load average at (a) / (d) / (b) / (c) / ingestion",
         lambda r: " / ".join(_f(v, 1) for v in (get(r, "loadavg_1min_by_phase") or {}).values()) or "–")
     add("seed: embedded (cached) texts; COPY s; scope HNSW indexes build s",
-        lambda r: f"{get(r, 'seed.embedding.facts.embedded') + get(r, 'seed.embedding.chunks.embedded')} "
+        lambda r: ("database kept from an earlier run; " if get(r, "seed.reused") else "")
+                  + f"{get(r, 'seed.embedding.facts.embedded') + get(r, 'seed.embedding.chunks.embedded')} "
                   f"({get(r, 'seed.embedding.facts.cached') + get(r, 'seed.embedding.chunks.cached')}); "
                   f"{_f(get(r, 'seed.timings_s.copy'))}; "
                   f"{_f(sum(v for k, v in (get(r, 'seed.timings_s') or {}).items() if k.startswith('create_')))}")
