@@ -708,6 +708,12 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
         if reused:
             result["seed"] = {**await seed_report_of(dsn), "reused": True}
             log(f"N={n}: reusing the kept database (seeded {result['seed'].get('seeded_at', '?')})")
+            # What the server's background pass would do for this code: build missing scope
+            # indexes, refresh the common-lexeme lists.
+            t = time.perf_counter()
+            await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem,
+                                lexeme_rows=settings.full_text_lexeme_rows)
+            result["seed"]["maintenance_s"] = round(time.perf_counter() - t, 2)
         else:
             log(f"N={n}: corpus and embeddings ({rt.embedder.name})")
             corpus = build_corpus(n, settings.episode_excerpt_chars)
@@ -720,7 +726,8 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
                                 maintenance_work_mem=cfg.maintenance_work_mem, log=log)
             # As the server does in the background: an HNSW index for every scope past scope_index_rows.
             t = time.perf_counter()
-            built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem)
+            built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem,
+                                        lexeme_rows=settings.full_text_lexeme_rows)
             report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
             report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
                                         f"{b.table} of {b.subject_id} ({b.rows} rows)" for b in built or []})

@@ -257,7 +257,12 @@ async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
 
     while True:
         try:
-            await build_pending(rt.pool, settings.scope_index_rows, build_memory=settings.scope_index_build_memory)
+            await build_pending(
+                rt.pool,
+                settings.scope_index_rows,
+                build_memory=settings.scope_index_build_memory,
+                lexeme_rows=settings.full_text_lexeme_rows,
+            )
         except Exception:  # noqa: BLE001 - a failed build leaves the exact scan in place; retry later
             log.exception("scope index build failed; retrying later")
         await asyncio.sleep(settings.scope_index_interval_s)

@@ -120,7 +120,12 @@ async def _index_scopes(settings: Settings) -> int:
         await migrate.apply(dsn)
         pool = await create_pool(dsn, max_size=1, statement_timeout_ms=settings.statement_timeout_ms)
         try:
-            built = await build_pending(pool, settings.scope_index_rows, build_memory=settings.scope_index_build_memory)
+            built = await build_pending(
+                pool,
+                settings.scope_index_rows,
+                build_memory=settings.scope_index_build_memory,
+                lexeme_rows=settings.full_text_lexeme_rows,
+            )
         finally:
             await pool.close()
     if built is None:

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime, timezone
 
 import asyncpg
 import pytest
 from conftest import GraphQLClient, client_for, make_settings, open_runtime_for
 from contextlib_helpers import assert_fact, context, record
 
+from haki_context.core.assembler import search_params
 from haki_context.core.embedder import Embedder
 from haki_context.core.runtime import Runtime
 from haki_context.core.scope_indexes import build_pending
-from haki_context.db import migrate, scope_indexes
+from haki_context.db import migrate, retrieval, scope_indexes
 
 MIN_ROWS = 12
 PROJECT = "default"  # dev mode
@@ -114,3 +116,88 @@ async def test_scope_ids_that_look_like_sql_are_only_data(scoped: Runtime, sclie
     assert await _index_state(scoped, scope_indexes.index_name("facts", PROJECT, hostile)) is True
     packet = await context(sclient, hostile, "value about topic 1")
     assert packet["facts"]
+
+
+async def _listed(rt: Runtime, subject: str, table: str = "facts") -> dict[str, int]:
+    async with rt.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT lexeme, df FROM scope_lexemes WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
+            PROJECT,
+            subject,
+            table,
+        )
+    return {r["lexeme"]: r["df"] for r in rows}
+
+
+async def _listed_at(rt: Runtime, subject: str) -> object:
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchval(
+            "SELECT lexemes_at FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2"
+            " AND table_name = 'facts'",
+            PROJECT,
+            subject,
+        )
+
+
+async def test_an_indexed_scope_lists_its_common_lexemes_and_refreshes_them_when_it_grows(
+    scoped: Runtime, sclient: GraphQLClient
+) -> None:
+    await _fill(sclient, "lexicon", MIN_ROWS, 0)  # "topic" in all 12 facts, "topic 1" in 3 of them
+    await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=5)
+    listed = await _listed(scoped, "lexicon")
+    assert listed["topic"] == MIN_ROWS and listed["valu"] == MIN_ROWS
+    assert "1" not in listed and min(listed.values()) >= 5  # held by 3 rows: below the threshold
+    first = await _listed_at(scoped, "lexicon")
+    await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=5)
+    assert await _listed_at(scoped, "lexicon") == first  # same size, same threshold: kept
+    await assert_fact(sclient, "lexicon", "fact_extra_1", "value 1 about topic 1", mode="ADD")
+    await assert_fact(sclient, "lexicon", "fact_extra_2", "value 1 about topic 1", mode="ADD")
+    await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=5)
+    assert await _listed_at(scoped, "lexicon") != first  # grew by a tenth or more
+    assert (await _listed(scoped, "lexicon"))["1"] == 5  # "1" now in 5 facts
+    await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=100)  # another threshold: rebuilt, now empty
+    assert await _listed(scoped, "lexicon") == {}
+
+
+async def test_a_listed_lexeme_weighs_what_counting_its_rows_gives(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "weights", MIN_ROWS, 0)
+    await assert_fact(sclient, "weights", "fact_rare", "a zebra about topic 2", mode="ADD")
+    await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=5)
+    assert {"topic", "valu"} <= set(await _listed(scoped, "weights"))
+    query = "zebra value topic 2"
+    vector = await scoped.embedder.embed_query(query)
+    params = search_params(scoped.settings, PROJECT, "weights", vector, query, datetime.now(timezone.utc))
+
+    async def scores() -> dict[str, float]:
+        async with scoped.pool.acquire() as conn:
+            found = await retrieval.fact_candidates(conn, params, 64, 0)
+        return {row.id: row.full_text or 0.0 for row, _ in found.candidates}
+
+    from_list = await scores()
+    async with scoped.pool.acquire() as conn:  # the same df, counted from the rows this time
+        await conn.execute("DELETE FROM scope_lexemes WHERE subject_id = 'weights'")
+    counted = await scores()
+    assert from_list.keys() == counted.keys() and len(counted) == MIN_ROWS + 1
+    for fact_id, score in counted.items():
+        assert from_list[fact_id] == pytest.approx(score, abs=1e-6)
+    assert max(counted.values()) > 0.5  # the zebra fact holds most of the query's idf mass
+
+
+async def test_multi_hop_does_not_follow_an_entity_the_scope_lists_as_common(
+    scoped: Runtime, sclient: GraphQLClient
+) -> None:
+    await _fill(sclient, "hops", MIN_ROWS, 0)
+    await assert_fact(sclient, "hops", "fact_rare", "a zebra about topic 2", mode="ADD")
+    query = "zebra"
+    vector = await scoped.embedder.embed_query(query)
+    params = search_params(scoped.settings, PROJECT, "hops", vector, query, datetime.now(timezone.utc))
+
+    async def hop(entity: str) -> list[str]:
+        async with scoped.pool.acquire() as conn:
+            return [row.id for _, row in await retrieval.multi_hop(conn, params, [entity], [], 5, 100)]
+
+    assert len(await hop("Topic")) == 5  # not listed yet: followed
+    await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=5)
+    assert "topic" in await _listed(scoped, "hops")
+    assert await hop("Topic") == []  # held by all 13 facts: listed, not followed
+    assert len(await hop("Zebra")) == 1  # a rare entity still is

@@ -24,8 +24,11 @@ from haki_context.core.embedder import HashingEncoder
 from haki_context.core.scope_indexes import build_pending
 from haki_context.db import migrate, retrieval, scope_indexes
 from haki_context.db.pool import create_pool
+from haki_context.settings import Settings
 
 pytestmark = pytest.mark.slow
+
+FETCH = Settings().hnsw_fetch_rows  # rows the server takes from an HNSW scan (the default)
 
 K = 64
 SUBJECTS = {"one-percent": 200, "half": 10_000, "tiny": 30}
@@ -114,7 +117,7 @@ async def test_vector_candidates_are_right_at_every_scope_size(
     for vector in queries:
         params = retrieval.SearchParams(
             project_id="p", subject_id=subject, vector=vector, query="zzzz", now=datetime.now(timezone.utc),
-            max_lexemes=32, use_scope_index=plan == "hnsw", hnsw_fetch=128,
+            max_lexemes=32, lexeme_rows=1000, use_scope_index=plan == "hnsw", hnsw_fetch=FETCH,
             horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
         )
         async with recall_pool.acquire() as conn:
@@ -139,8 +142,8 @@ async def test_a_large_scope_is_searched_through_its_own_index(recall_pool: asyn
         for subject in ("half", "tiny"):
             # Prepared and run more than five times first: the plan must stay the scope's own.
             params = retrieval.SearchParams(
-                project_id="p", subject_id=subject, vector=vector, query="w1", now=now, max_lexemes=32,
-                use_scope_index=True, hnsw_fetch=128, horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+                project_id="p", subject_id=subject, vector=vector, query="w1", now=now, max_lexemes=32, lexeme_rows=1000,
+                use_scope_index=True, hnsw_fetch=FETCH, horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
             )
             for _ in range(7):
                 if table == "facts":
@@ -148,8 +151,8 @@ async def test_a_large_scope_is_searched_through_its_own_index(recall_pool: asyn
                 else:
                     await retrieval.episode_candidates(conn, params, K, 8)
             sql = (retrieval.FACT_CANDIDATES_SQL if table == "facts" else retrieval.EPISODE_CANDIDATES_SQL)["idf"]
-            args = ((params.project_id, subject, vector, "w1", now, K, True, 32, 256, 1e9, 1e9, 128)
-                    if table == "facts" else ("p", subject, vector, "w1", K, True, 32, 8, 128))
+            args = ((params.project_id, subject, vector, "w1", now, K, True, 32, 256, 1e9, 1e9, FETCH, 1000)
+                    if table == "facts" else ("p", subject, vector, "w1", K, True, 32, 8, FETCH, 1000))
             plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args))
             used = [line for line in plan.splitlines() if "Scan using" in line and "never executed" not in line]
             own = scope_indexes.index_name(table, "p", subject)

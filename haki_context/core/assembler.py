@@ -149,7 +149,9 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
         if names:
             t = time.perf_counter()
             decided = [f.row.id for f in scored] + [r.id for r in found.blocked]
-            rows = await _with_conn(rt, retrieval.multi_hop, params, names, decided, s.multi_hop_max_per_entity)
+            rows = await _with_conn(
+                rt, retrieval.multi_hop, params, names, decided, s.multi_hop_max_per_entity, s.multi_hop_read_rows
+            )
             retrieve_ms += _ms(t)
             t = time.perf_counter()
             seen: set[str] = set()
@@ -263,6 +265,7 @@ def search_params(
         query=query,
         now=now,
         max_lexemes=s.max_query_lexemes,
+        lexeme_rows=s.full_text_lexeme_rows,
         use_scope_index=True,
         hnsw_fetch=s.hnsw_fetch_rows,
         horizon_volatile_s=s.horizon_volatile_days * 86400.0,

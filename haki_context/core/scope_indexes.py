@@ -5,6 +5,9 @@ that reaches it gets a partial HNSW index, built in the background by the
 server (every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by `haki-context
 index-scopes`. Until the build is done the scope keeps the exact scan, so a
 build in progress (or a failed one) costs speed, never results.
+
+The same pass keeps each indexed scope's list of common lexemes (db/scope_lexemes.py)
+fresh, for the idf full-text rank.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ import time
 import asyncpg
 
 from ..db import scope_indexes as db_scope_indexes
+from ..db import scope_lexemes as db_scope_lexemes
 from ..db.scope_indexes import Scope
 
 log = logging.getLogger(__name__)
 
 
 async def build_pending(
-    pool: asyncpg.Pool, min_rows: int, *, build_memory: str = "512MB", limit: int = 100
+    pool: asyncpg.Pool, min_rows: int, *, build_memory: str = "512MB", lexeme_rows: int = 1000, limit: int = 100
 ) -> list[Scope] | None:
-    """Build the indexes of every scope past `min_rows` that lacks one, one at a time.
+    """Build the indexes of every scope past `min_rows` that lacks one, one at a time, then
+    refresh the stale common-lexeme lists of indexed scopes (lexemes held by `lexeme_rows`+ rows).
 
     Returns the scopes built, or None when another process holds the builders' lock
     (several servers share one database: one of them builds).
@@ -42,6 +47,13 @@ async def build_pending(
                     name, scope.project_id, scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
                 )
                 built.append(scope)
+            for scope in await db_scope_lexemes.stale(conn, lexeme_rows, limit):
+                started = time.perf_counter()
+                listed = await db_scope_lexemes.refresh(conn, scope, lexeme_rows)
+                log.info(
+                    "common lexemes of %s/%s (%s, %d rows): %d listed in %.1f s",
+                    scope.project_id, scope.subject_id, scope.table, scope.rows, listed, time.perf_counter() - started,
+                )
             return built
         finally:
             await db_scope_indexes.reset_builder(conn)

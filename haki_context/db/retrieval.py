@@ -83,8 +83,9 @@ class _Lexical:
     rank_expr: str
 
 
-def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes: str) -> _Lexical:
-    """ts_rank_cd of the OR of the query's lexemes (the seed)."""
+def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap: str) -> _Lexical:
+    """ts_rank_cd of the OR of the query's lexemes (the seed): every matching row is read
+    (`cap` does not apply)."""
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
     return _Lexical(
         ctes=f"tq AS (SELECT {_LEXEME_QUERY.format(text='$4::text', limit=lexemes)} AS q),",
@@ -96,23 +97,38 @@ def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes
     )
 
 
-def _idf(table: str, alias: str, scope: str, key: str, k: str, lexemes: str) -> _Lexical:
+def _idf(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap: str) -> _Lexical:
     """The share of the query's idf mass a row holds: each query lexeme found in the scope
     weighs ln(1 + (n - df + 0.5) / (df + 0.5)) (BM25's idf; df = the scope's rows holding
-    it, n = the scope's size), a row ranks sum(weights it holds) / sum(all weights), 0..1."""
+    it, n = the scope's size), a row ranks sum(weights it holds) / sum(all weights), 0..1.
+
+    Bounded work in a large scope (reading every row of a common word cost ~100 ms at
+    100,000 rows): a lexeme listed in `scope_lexemes` (db/scope_lexemes.py: a large
+    scope's lexemes held by `cap`+ rows, refreshed in the background) takes its df from
+    there and its rows are not read; the rows of any other lexeme are read up to `cap`
+    (below it df is exact; at it, df counts as `cap`). The top k by text come from the rows
+    read, each ranked by the lexemes read; every candidate's own score (`rank_expr`) counts
+    all the query's lexemes from its tsvector. A scope smaller than `cap` is ranked exactly."""
     cols = key.replace("@", "")
     return _Lexical(
-        ctes=f"""lex AS ({_QUERY_LEXEMES.format(limit=lexemes)}),
+        ctes=f"""lex AS (
+    SELECT l.lexeme, l.q, k.df FROM ({_QUERY_LEXEMES.format(limit=lexemes)}) l
+    LEFT JOIN scope_lexemes k ON k.project_id = $1 AND k.subject_id = $2 AND k.table_name = '{table}'
+        AND k.lexeme = l.lexeme
+),
 hits AS MATERIALIZED (
-    SELECT l.lexeme, {key.replace('@', alias + '.')} FROM lex l JOIN {table} {alias} ON {scope} AND {alias}.search_vector @@ l.q
+    SELECT l.lexeme, h.* FROM lex l
+    CROSS JOIN LATERAL (SELECT {key.replace('@', alias + '.')} FROM {table} {alias}
+                        WHERE l.df IS NULL AND {scope} AND {alias}.search_vector @@ l.q LIMIT {cap}) h
 ),
 idf AS MATERIALIZED (
-    SELECT l.lexeme, l.q, ln(1 + (greatest((SELECT n FROM size), count(*)) - count(*) + 0.5) / (count(*) + 0.5)) AS w
-    FROM hits h JOIN lex l USING (lexeme) GROUP BY l.lexeme, l.q
+    SELECT l.lexeme, l.q, ln(1.0 + (greatest((SELECT n FROM size), d.df) - d.df + 0.5)::float8 / (d.df + 0.5)) AS w
+    FROM lex l
+    CROSS JOIN LATERAL (SELECT coalesce(l.df, (SELECT count(*) FROM hits h WHERE h.lexeme = l.lexeme)) AS df) d
+    WHERE d.df > 0
 ),
 lexical AS (
-    SELECT {cols}, (sum(i.w) / nullif((SELECT sum(w) FROM idf), 0))::real AS s
-    FROM hits h JOIN idf i USING (lexeme) GROUP BY {cols}
+    SELECT {cols}, sum(i.w) AS s FROM hits h JOIN idf i USING (lexeme) GROUP BY {cols}
 ),""",
         top=f"SELECT {cols} FROM lexical WHERE {k} > 0 ORDER BY s DESC, {cols} LIMIT {k}",
         join="",
@@ -127,7 +143,7 @@ FULL_TEXT_RANKS = {"cover_density": _cover_density, "idf": _idf}
 
 def _fact_candidates_sql(rank: str) -> str:
     lexical = FULL_TEXT_RANKS[rank](
-        "facts", "f", f"{_FACT_SCOPE} AND f.open_conflict_id IS NULL", "@id", "$6", "$8"
+        "facts", "f", f"{_FACT_SCOPE} AND f.open_conflict_id IS NULL", "@id", "$6", "$8", "$13"
     )
     return f"""
 WITH size AS (SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
@@ -169,7 +185,9 @@ FROM blocked b JOIN facts f ON f.project_id = $1 AND f.id = b.id
 
 
 def _episode_candidates_sql(rank: str) -> str:
-    lexical = FULL_TEXT_RANKS[rank]("episode_chunks", "c", _CHUNK_SCOPE, "@event_id, @chunk", "$8", "$7")
+    lexical = FULL_TEXT_RANKS[rank](
+        "episode_chunks", "c", _CHUNK_SCOPE, "@event_id, @chunk", "$8", "$7", "$10"
+    )
     return f"""
 WITH size AS (SELECT coalesce((SELECT chunk_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
                      $6::boolean AND EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
@@ -203,19 +221,31 @@ FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.
 FACT_CANDIDATES_SQL = {rank: _fact_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
 EPISODE_CANDIDATES_SQL = {rank: _episode_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
 
+# An entity's facts are read up to $11 rows, in index order, then ranked: ranking every fact
+# that names a common entity cost 15-55 ms at 100,000 facts (~30 us a row: the heap, then the
+# out-of-line tsvector). An entity that is a common lexeme of the scope (listed in
+# scope_lexemes, db/scope_lexemes.py) is not followed at all: thousands of facts share it.
 MULTI_HOP_SQL = f"""
 SELECT e.entity, e.ord, {_FACT_COLUMNS},
-       f.embedding <=> $3 AS distance, f.full_text
+       f.embedding <=> $3 AS distance, m.full_text
 FROM unnest($4::text[]) WITH ORDINALITY AS e(entity, ord)
 CROSS JOIN LATERAL (
-    SELECT f.*, ts_rank_cd(f.search_vector, tq.q) AS full_text
-    FROM (SELECT {_LEXEME_QUERY.format(text="e.entity", limit="$8")} AS q) tq, facts f
-    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND NOT ({_EXPIRED.format(volatile="$9", ephemeral="$10")})
-      AND f.id <> ALL($6::uuid[]) AND f.search_vector @@ tq.q
-    ORDER BY ts_rank_cd(f.search_vector, tq.q) DESC, f.id
+    SELECT h.id, ts_rank_cd(h.search_vector, tq.q) AS full_text
+    FROM (SELECT {_LEXEME_QUERY.format(text="e.entity", limit="$8")} AS q) tq
+    CROSS JOIN LATERAL (
+        SELECT f.id, f.search_vector FROM facts f
+        WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND NOT ({_EXPIRED.format(volatile="$9", ephemeral="$10")})
+          AND f.id <> ALL($6::uuid[]) AND f.search_vector @@ tq.q
+          AND NOT EXISTS (SELECT 1 FROM scope_lexemes k WHERE k.project_id = $1 AND k.subject_id = $2
+                            AND k.table_name = 'facts'
+                            AND k.lexeme = ANY (tsvector_to_array(to_tsvector('english', e.entity))))
+        LIMIT $11
+    ) h
+    ORDER BY 2 DESC, h.id
     LIMIT $7
-) f
-ORDER BY e.ord, f.full_text DESC, f.id
+) m
+JOIN facts f ON f.project_id = $1 AND f.id = m.id
+ORDER BY e.ord, m.full_text DESC, f.id
 """
 
 
@@ -269,11 +299,17 @@ class SearchParams:
     query: str
     now: datetime
     max_lexemes: int
+    lexeme_rows: int  # rows read per query lexeme by the idf rank (see _idf)
     use_scope_index: bool  # False: the exact scan even where the scope has its own index
     hnsw_fetch: int  # rows taken from the HNSW scan before re-sorting
     horizon_volatile_s: float
     horizon_ephemeral_s: float
     full_text_rank: str = "cover_density"  # or "idf" (see EPISODE_CANDIDATES_IDF_SQL)
+
+
+def _rank_args(p: SearchParams) -> tuple[int, ...]:
+    """The parameters only the idf rank's statements take (the last one)."""
+    return (p.lexeme_rows,) if p.full_text_rank == "idf" else ()
 
 
 def _fact_row(r: asyncpg.Record) -> FactRow:
@@ -313,6 +349,7 @@ async def fact_candidates(
         p.horizon_volatile_s,
         p.horizon_ephemeral_s,
         max(top_k, p.hnsw_fetch),
+        *_rank_args(p),
     )
     candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
     blocked_rows = [r for r in rows if r["role"] == "B"]
@@ -335,6 +372,7 @@ async def episode_candidates(
         p.max_lexemes,
         text_k,
         max(vector_k, p.hnsw_fetch),
+        *_rank_args(p),
     )
     return [
         ChunkRow(
@@ -354,9 +392,15 @@ async def episode_candidates(
 
 
 async def multi_hop(
-    conn: asyncpg.Connection, p: SearchParams, entities: list[str], exclude_ids: list[str], per_entity: int
+    conn: asyncpg.Connection,
+    p: SearchParams,
+    entities: list[str],
+    exclude_ids: list[str],
+    per_entity: int,
+    read_rows: int,
 ) -> list[tuple[str, FactRow]]:
-    """For each entity in order, up to `per_entity` servable facts matching it, by full-text rank then id."""
+    """For each entity in order, up to `per_entity` servable facts matching it, by full-text rank then id
+    among the first `read_rows` that match; none for an entity listed as common in the scope."""
     rows = await conn.fetch(
         MULTI_HOP_SQL,
         p.project_id,
@@ -369,5 +413,6 @@ async def multi_hop(
         p.max_lexemes,
         p.horizon_volatile_s,
         p.horizon_ephemeral_s,
+        read_rows,
     )
     return [(r["entity"], _fact_row(r)) for r in rows]
