@@ -87,14 +87,16 @@ class Settings(BaseSettings):
     # scope_index_interval_s (0 = never in the server; `haki-context index-scopes` builds
     # at once) with scope_index_build_memory; smaller scopes are scanned exactly (the
     # scope's covering index: ~5 ms at 10,000 rows, recall 1.0). Measured at 10,000 facts:
-    # own HNSW index 6.3 ms, recall 0.998; the table-wide HNSW it replaces, at 100,000 facts
-    # among 1,000,000: 56 ms, recall 0.86.
+    # own HNSW index 6.3 ms, recall 0.998; at 100,000 facts among 1,000,000, the whole fact
+    # statement 24 ms with recall 0.956, where the table-wide HNSW it replaces took 56 ms
+    # for recall 0.86.
     scope_index_rows: int = 10_000
     scope_index_interval_s: float = 60.0
     scope_index_build_memory: str = "512MB"
     hnsw_ef_search: int = 100
     hnsw_max_scan_tuples: int = 50_000
-    # Rows taken from an HNSW scan (iterative, so past ef_search) before re-sorting to the top k.
+    # The most rows taken from an HNSW scan (iterative, so past ef_search) before re-sorting to
+    # the top k; a scope takes one per 250 of its rows, at least 2k (db/retrieval.py, _FETCH).
     # Recall of the top 64 of 100,000 facts: 0.910 at 128, 0.952 at 256, 0.964 at 400 (ef_search
     # 400 instead reached 0.958, and made the planner drop the index for a sort at 10,000 rows).
     hnsw_fetch_rows: int = 400
