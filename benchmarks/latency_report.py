@@ -175,3 +175,35 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result holding the runs of several (one N each, e.g. a --reuse run per N), by N;
+    the machine and settings are the last one's, and each source command is kept."""
+    runs = sorted((run for r in results for run in r["runs"]), key=lambda run: run["n"])
+    merged = {**results[-1], "runs": runs}
+    merged["command"] = " ; ".join(r.get("command", "?") for r in results)
+    merged["wall_s"] = sum(r.get("wall_s") or 0 for r in results)
+    return merged
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks.latency_report OUT_STEM RESULT.json...`: the table and plot of
+    several latency results together (OUT_STEM.json, .md and .png)."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("out", type=Path, help="output path without extension")
+    p.add_argument("results", type=Path, nargs="+")
+    args = p.parse_args(argv)
+    merged = merge([json.loads(path.read_text()) for path in args.results])
+    args.out.with_suffix(".json").write_text(json.dumps(merged, indent=2, default=str))
+    png = args.out.with_suffix(".png")
+    args.out.with_suffix(".md").write_text(table(merged, plot_name=png.name))
+    plot(merged, png)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -19,6 +19,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of the repository, not an installed package
 
+from benchmarks import latency_report  # noqa: E402
 from benchmarks.latency_report import RUN_FIGURES, get, missing_figures  # noqa: E402
 from haki_context.db import scope_indexes  # noqa: E402
 
@@ -63,3 +64,12 @@ def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The embedding cache was written (keyed by embedder), and a second read finds every text.
     assert list((tmp_path / "cache").glob("hashing-384-v1/shard-*.npz"))
+
+    # Results of separate runs (one N each) merge into one table and plot, ordered by N.
+    bigger = {**result, "runs": [{**run, "n": 2000}], "command": "python -m benchmarks.latency --n 2000"}
+    (tmp_path / "bigger.json").write_text(json.dumps(bigger))
+    assert latency_report.main([str(tmp_path / "both"), str(tmp_path / "bigger.json"), str(result_path)]) == 0
+    merged = json.loads((tmp_path / "both.json").read_text())
+    assert [r["n"] for r in merged["runs"]] == [200, 2000] and missing_figures(merged) == []
+    assert "| figure | N = 200 | N = 2,000 |" in (tmp_path / "both.md").read_text()
+    assert (tmp_path / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
