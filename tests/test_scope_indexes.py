@@ -1,4 +1,5 @@
-"""A scope past HAKI_SCOPE_INDEX_ROWS gets an HNSW index of its own; context answers the same through it."""
+"""A scope past HAKI_SCOPE_INDEX_ROWS gets an HNSW index of its own (context answers the same through it)
+and a list of its common lexemes (the idf rank and multi-hop read them instead of the rows)."""
 
 from __future__ import annotations
 
