@@ -78,7 +78,9 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
                   f"{_f(get(r, 'sql.ratio_ours_over_naive.ratio_of_p50s'), 3)} "
                   f"({_f(get(r, 'sql.ratio_ours_over_naive.speedup_p50'), 1)}x faster)")
     add("episode SQL, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "sql.episode_candidates_ms")))
-    add("phase-1 recall vs exact: facts k=64; episodes k=8 (mean, min, plan)",
+    first = result["runs"][0] if result["runs"] else {}
+    add(f"phase-1 recall vs exact: facts k={get(first, 'recall.facts_k')}; "
+        f"episodes k={get(first, 'recall.episodes_k')} (mean, min, plan)",
         lambda r: f"{_f(get(r, 'recall.facts_mean'), 3)} ({_f(get(r, 'recall.facts_min'), 3)}, "
                   f"{get(r, 'recall.facts_plan')}); "
                   f"{_f(get(r, 'recall.episodes_mean'), 3)} ({_f(get(r, 'recall.episodes_min'), 3)}, "
