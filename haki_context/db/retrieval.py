@@ -310,7 +310,7 @@ class SearchParams:
     max_lexemes: int
     lexeme_rows: int  # rows read per query lexeme by the idf rank (see _idf)
     use_scope_index: bool  # False: the exact scan even where the scope has its own index
-    hnsw_fetch: int  # rows taken from the HNSW scan before re-sorting
+    hnsw_fetch: int  # the most rows taken from an HNSW scan before re-sorting (see _FETCH)
     horizon_volatile_s: float
     horizon_ephemeral_s: float
     full_text_rank: str = "cover_density"  # or "idf" (see EPISODE_CANDIDATES_IDF_SQL)
@@ -357,7 +357,7 @@ async def fact_candidates(
         blocked_limit,
         p.horizon_volatile_s,
         p.horizon_ephemeral_s,
-        max(top_k, p.hnsw_fetch),
+        p.hnsw_fetch,
         *_rank_args(p),
     )
     candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
@@ -380,7 +380,7 @@ async def episode_candidates(
         p.use_scope_index,
         p.max_lexemes,
         text_k,
-        max(vector_k, p.hnsw_fetch),
+        p.hnsw_fetch,
         *_rank_args(p),
     )
     return [

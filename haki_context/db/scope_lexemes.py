@@ -22,14 +22,13 @@ async def stale(conn: asyncpg.Connection, min_df: int, limit: int = 100) -> list
     """Indexed scopes whose list is missing, built with another threshold, or a tenth off in size."""
     rows = await conn.fetch(
         """
-        SELECT i.project_id, i.subject_id, i.table_name,
-               CASE i.table_name WHEN 'facts' THEN s.fact_rows ELSE s.chunk_rows END AS n
+        SELECT i.project_id, i.subject_id, i.table_name, t.n
         FROM scope_vector_indexes i
         JOIN subjects s ON s.project_id = i.project_id AND s.subject_id = i.subject_id
+        CROSS JOIN LATERAL (SELECT CASE i.table_name WHEN 'facts' THEN s.fact_rows ELSE s.chunk_rows END AS n) t
         WHERE i.ready_at IS NOT NULL
           AND (i.lexemes_rows IS NULL OR i.lexemes_min_df IS DISTINCT FROM $1
-               OR abs(CASE i.table_name WHEN 'facts' THEN s.fact_rows ELSE s.chunk_rows END - i.lexemes_rows)
-                  >= $2::float8 * i.lexemes_rows)
+               OR abs(t.n - i.lexemes_rows) >= $2::float8 * i.lexemes_rows)
         ORDER BY i.project_id, i.subject_id, i.table_name
         LIMIT $3
         """,
