@@ -16,10 +16,12 @@ For each N (default 1,000 and 10,000; `--n 100000` opt-in), in one run:
    BY score LIMIT 64), same query vector, pair by pair; and phase-1 recall of
    the vector branch against an exact scan (fact k = 64, episode k = 8);
 4. a real server (`python -m haki_context.cli serve` on 127.0.0.1, the same
-   database, dev mode) with its RSS sampled: (b) one httpx client, an
-   agent's selection, then a debugging selection (every trace decision with
-   every score component and `fact { predicate }`); (c) the agent selection
-   from 8 concurrent clients, with throughput; the GraphQL + HTTP overhead is
+   database, dev mode) with its RSS sampled: (b) one client (a lean
+   keep-alive HTTP/1.1 client, benchmarks/lean_http.py: httpx's own ~1.5 ms
+   per call is not the server's), an agent's selection, the same through
+   httpx, then a debugging selection (every trace decision with every score
+   component and `fact { predicate }`); (c) the agent selection from 8
+   concurrent clients, with throughput; the GraphQL + HTTP overhead is
    client time minus the trace's totalMs (read back from context_traces);
 5. ingestion: events/s through `recordEvents` over GraphQL in batches of 200
    (into a subject of its own), beside the raw embedder's throughput on the
@@ -72,6 +74,7 @@ from haki_context.settings import Settings
 
 from . import latency_texts
 from .latency_report import missing_figures, plot, table
+from .lean_http import LeanClient
 from .latency_seed import EmbeddingCache, build_corpus, embed_cached, seed
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -570,13 +573,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def graphql(client: httpx.AsyncClient, query: str, variables: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+async def graphql(
+    client: LeanClient | httpx.AsyncClient, query: str, variables: dict[str, Any]
+) -> tuple[float, dict[str, Any]]:
+    """One GraphQL call: (client-side ms from sending the request to the last byte read, data)."""
+    request = {"query": query, "variables": variables}
     t = time.perf_counter()
-    r = await client.post("/graphql", json={"query": query, "variables": variables})
-    ms = _ms(t)
-    body = r.json()
-    if r.status_code != 200 or body.get("errors"):
-        raise RuntimeError(f"GraphQL call failed ({r.status_code}): {str(body)[:500]}")
+    if isinstance(client, LeanClient):
+        status, raw = await client.post_json("/graphql", request)
+        ms = _ms(t)
+    else:
+        r = await client.post("/graphql", json=request)
+        ms = _ms(t)
+        status, raw = r.status_code, r.content
+    body = json.loads(raw)
+    if status != 200 or body.get("errors"):
+        raise RuntimeError(f"GraphQL call failed ({status}): {str(body)[:500]}")
     return ms, body["data"]
 
 
@@ -602,7 +614,8 @@ def server_side(calls: list[tuple[float, str]], traces: dict[str, dict[str, floa
 
 async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    async with httpx.AsyncClient(base_url=server.url, timeout=120.0) as client:
+    client = LeanClient(server.url)
+    try:
         for q in qs.take(cfg.warmup):
             await graphql(client, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
         calls: list[tuple[float, str]] = []
@@ -611,6 +624,17 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
             calls.append((ms, data["context"]["traceId"]))
         out["agent"] = {"latency_ms": dist([ms for ms, _ in calls]),
                         **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
+
+        # The same selection through httpx, the client most Python agents call through.
+        async with httpx.AsyncClient(base_url=server.url, timeout=120.0) as hx:
+            for q in qs.take(max(1, cfg.warmup // 2)):
+                await graphql(hx, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
+            calls = []
+            for q in qs.take(cfg.http_queries):
+                ms, data = await graphql(hx, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
+                calls.append((ms, data["context"]["traceId"]))
+        out["agent_httpx"] = {"latency_ms": dist([ms for ms, _ in calls]),
+                              **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
 
         for q in qs.take(max(1, cfg.warmup // 2)):
             await graphql(client, DEBUG_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
@@ -622,6 +646,8 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
         out["debug"] = {"latency_ms": dist([ms for ms, _ in calls]),
                         "decisions_mean": float(np.mean(decisions)) if decisions else 0.0,
                         **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
+    finally:
+        await client.aclose()
     return out
 
 
@@ -630,13 +656,13 @@ async def measure_concurrent(rt: Runtime, server: Server, cfg: Config, qs: Quest
     for q in qs.take(cfg.concurrent_calls):
         queue.put_nowait(q)
     calls: list[tuple[float, str]] = []
-    clients = [httpx.AsyncClient(base_url=server.url, timeout=300.0) for _ in range(cfg.concurrency)]
+    clients = [LeanClient(server.url) for _ in range(cfg.concurrency)]
     try:
         # One warm-up call per client opens its connection.
         await asyncio.gather(*(graphql(c, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
                                for c, q in zip(clients, qs.take(cfg.concurrency))))
 
-        async def worker(client: httpx.AsyncClient) -> None:
+        async def worker(client: LeanClient) -> None:
             while True:
                 try:
                     q = queue.get_nowait()
@@ -724,7 +750,7 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             report = await seed(dsn, project_id=PROJECT, subject_id=SUBJECT, others=OTHERS, corpus=corpus,
                                 fact_vectors=fact_vectors, chunk_vectors=chunk_vectors, sigma=cfg.sigma,
                                 maintenance_work_mem=cfg.maintenance_work_mem, log=log)
-            # As the server does in the background: an HNSW index for every scope past scope_index_rows.
+            # As the server does in the background: HNSW and GIN indexes for every scope past scope_index_rows.
             t = time.perf_counter()
             built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem,
                                         lexeme_rows=settings.full_text_lexeme_rows)
@@ -845,7 +871,7 @@ async def run(cfg: Config) -> dict[str, Any]:
     s = Settings(**cfg.overrides)
     result["settings"] = {k: getattr(s, k) for k in (
         "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "retrieval_top_k",
-        "episode_top_k", "embed_threads", "embed_batch_size", "pool_max_size")}
+        "episode_top_k", "embed_threads", "embed_query_threads", "embed_batch_size", "pool_max_size")}
     result["distinct_questions_used"] = qs.used
     result["loadavg_end"] = list(os.getloadavg())
     result["wall_s"] = round(time.perf_counter() - started, 1)

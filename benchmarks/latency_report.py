@@ -12,6 +12,7 @@ RUN_FIGURES = [
     *(f"in_process.breakdown_ms.{k}.p50" for k in ("embed", "retrieve", "pack", "persist", "total")),
     "in_process.query_cache.hit_rate",
     *(f"http.agent.latency_ms.{p}" for p in ("p50", "p95", "p99")),
+    *(f"http.agent_httpx.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     "http.agent.overhead_ms.p50", "http.agent.query_cache_inferred.hit_rate",
     *(f"http.debug.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     "http.debug.overhead_ms.p50", "http.debug.decisions_mean",
@@ -67,6 +68,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
 
     add("(a) in-process `assemble`, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "in_process.latency_ms")))
     add("(b) HTTP, 1 client, agent selection, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "http.agent.latency_ms")))
+    add("(b) the same through httpx, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "http.agent_httpx.latency_ms")))
     add("(b) HTTP, 1 client, debugging selection, p50 / p95 / p99 ms",
         lambda r: _ppp(get(r, "http.debug.latency_ms")) + f" ({_f(get(r, 'http.debug.decisions_mean'), 0)} decisions)")
     add("(c) HTTP, 8 clients, agent selection, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "concurrent.latency_ms")))
@@ -105,7 +107,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
                   f"{_f(get(r, 'http.agent.query_cache_inferred.hit_rate'), 3)}")
     add("1-min load average at (a) / (d) / (b) / (c) / ingestion",
         lambda r: " / ".join(_f(v, 1) for v in (get(r, "loadavg_1min_by_phase") or {}).values()) or "–")
-    add("seed: embedded (cached) texts; COPY s; scope HNSW indexes build s",
+    add("seed: embedded (cached) texts; COPY s; scope indexes build s",
         lambda r: ("database kept from an earlier run; " if get(r, "seed.reused") else "")
                   + f"{get(r, 'seed.embedding.facts.embedded') + get(r, 'seed.embedding.chunks.embedded')} "
                   f"({get(r, 'seed.embedding.facts.cached') + get(r, 'seed.embedding.chunks.cached')}); "
