@@ -30,3 +30,34 @@ async def test_thirty_facts_load_their_source_events_in_one_query(
     assert len(log.matching("FROM trace_decisions")) == 0  # the packet's own decisions are in hand
     # candidates, episodes, BEGIN + trace + timing + COMMIT, one facts batch, one events batch
     assert len(log.round_trips()) == 8, log.round_trips()
+
+
+async def test_decision_items_through_fragments_and_aliases_answer_as_the_plain_selection(
+    logged: tuple[GraphQLClient, StatementLog], subject: str
+) -> None:
+    client, log = logged
+    events = await record(client, subject, [f"note {i}" for i in range(4)])
+    for i in range(6):
+        await assert_fact(client, subject, f"q{i}", f"note value {i}", sourceEventIds=[events[i % 4]])
+    data = await client.execute(
+        "query($s: String!) { context(subjectId: $s, query: \"note value\") { traceId } }", {"s": subject}
+    )
+    trace_id = data["context"]["traceId"]
+    plain = await client.execute(
+        "query($t: ID!) { trace(id: $t) { decisions { itemId fact { predicate } event { id } } } }", {"t": trace_id}
+    )
+    expected = plain["trace"]["decisions"]
+    assert any(d["fact"] for d in expected) and any(d["event"] for d in expected)  # control: both kinds served
+    log.statements.clear()
+    shaped = await client.execute(
+        "fragment F on TraceDecision { fact { predicate } }"
+        " query($t: ID!) { trace(id: $t) {"
+        "  viaFragments: decisions { itemId ...F ... on TraceDecision { event { id } } }"
+        "  onlyIds: decisions { itemId }"
+        "  aliased: decisions { itemId f: fact { predicate } e: event { id } } } }",
+        {"t": trace_id},
+    )
+    assert shaped["trace"]["viaFragments"] == expected
+    assert [{"itemId": d["itemId"], "f": d["fact"], "e": d["event"]} for d in expected] == shaped["trace"]["aliased"]
+    assert len(log.matching("FROM facts WHERE project_id = $1 AND id = ANY")) == 1
+    assert len(log.matching("FROM events WHERE project_id = $1 AND id = ANY")) == 1

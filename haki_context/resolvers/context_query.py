@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from ..core import assembler, traces
-from ..core.models import Page
+from ..core.models import ItemKind, Page
 from ..core.packet import ContextPacket, ContextTrace, TraceDecision
 from .context import RequestContext
 
@@ -25,6 +25,14 @@ async def decisions(ctx: RequestContext, trace: ContextTrace) -> list[TraceDecis
     if trace.decisions is not None:
         return list(trace.decisions)
     return await ctx.loaders.decisions.load(trace.id)
+
+
+async def load_items(ctx: RequestContext, rows: list[TraceDecision], *, facts: bool, events: bool) -> None:
+    """Load the facts and/or events of `rows` into the request's loaders, one batch each."""
+    if facts:
+        await ctx.loaders.facts.load_many([r.item_id for r in rows if r.item_kind is ItemKind.FACT])
+    if events:
+        await ctx.loaders.events.load_many([r.item_id for r in rows if r.item_kind is ItemKind.EPISODE])
 
 
 async def traces_page(

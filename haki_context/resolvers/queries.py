@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from strawberry.dataloader import DataLoader
+
 from ..core import reads
 from ..core.models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Page
 from .context import RequestContext
+
+T = TypeVar("T")
 
 
 async def fact(ctx: RequestContext, id: str) -> Fact | None:
@@ -53,3 +60,20 @@ async def fact_of(ctx: RequestContext, id: str | None) -> Fact | None:
 
 async def event_of(ctx: RequestContext, id: str | None) -> Event | None:
     return None if id is None else await ctx.loaders.events.load(id)
+
+
+def fact_loaded(ctx: RequestContext, id: str) -> Fact | None | Awaitable[Fact | None]:
+    """The fact at once when this request has loaded it already, else an awaitable of it."""
+    return _loaded(ctx.loaders.facts, id)
+
+
+def event_loaded(ctx: RequestContext, id: str) -> Event | None | Awaitable[Event | None]:
+    """The event at once when this request has loaded it already, else an awaitable of it."""
+    return _loaded(ctx.loaders.events, id)
+
+
+def _loaded(loader: DataLoader[str, T], key: str) -> T | Awaitable[T]:
+    future = loader.cache_map.get(key)
+    if future is not None and future.done() and future.exception() is None:
+        return future.result()
+    return loader.load(key)

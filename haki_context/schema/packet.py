@@ -6,6 +6,7 @@ from datetime import datetime
 
 import strawberry
 from strawberry.scalars import JSON
+from strawberry.types.nodes import FragmentSpread, InlineFragment, SelectedField, Selection
 
 from ..core.models import Decision as CoreDecision
 from ..core.models import ItemKind as CoreItemKind
@@ -46,17 +47,20 @@ class TraceDecision:
     tokens: int = strawberry.field(description="Tokens the item takes (or would take) in `rendered`.")
     via_entity: str | None = strawberry.field(description="The shared entity, for MULTI_HOP_EXPANSION.")
 
+    # Plain (sync) resolvers: `decisions` loads every fact and event its selection asks for in
+    # one batch first, so these answer from the request's loader at once; an async resolver
+    # cost one awaitable per decision (~11 ms of 137 decisions' `fact { predicate }`).
     @strawberry.field(description="The fact, when itemKind is FACT.")
-    async def fact(self, info: strawberry.Info) -> FactType | None:
+    def fact(self, info: strawberry.Info) -> FactType | None:
         if self.item_kind is not CoreItemKind.FACT:
             return None
-        return await queries.fact_of(info.context, self.item_id)  # type: ignore[return-value]
+        return queries.fact_loaded(info.context, self.item_id)  # type: ignore[return-value]
 
     @strawberry.field(description="The event, when itemKind is EPISODE.")
-    async def event(self, info: strawberry.Info) -> EventType | None:
+    def event(self, info: strawberry.Info) -> EventType | None:
         if self.item_kind is not CoreItemKind.EPISODE:
             return None
-        return await queries.event_of(info.context, self.item_id)  # type: ignore[return-value]
+        return queries.event_loaded(info.context, self.item_id)  # type: ignore[return-value]
 
 
 @strawberry.type(description="The persisted record of one context call: every item considered and why.")
@@ -82,7 +86,21 @@ class ContextTrace:
             rows = [r for r in rows if r.decision is CoreDecision(decision.value)]
         if item_kind is not None:
             rows = [r for r in rows if r.item_kind is CoreItemKind(item_kind.value)]
+        selections = [s for field in info.selected_fields for s in field.selections]
+        await context_query.load_items(
+            info.context, rows, facts=_selects(selections, "fact"), events=_selects(selections, "event")
+        )
         return rows  # type: ignore[return-value]
+
+
+def _selects(selections: list[Selection], name: str) -> bool:
+    """Whether `name` is selected among `selections`, fragments included."""
+    for s in selections:
+        if isinstance(s, SelectedField) and s.name == name:
+            return True
+        if isinstance(s, FragmentSpread | InlineFragment) and _selects(s.selections, name):
+            return True
+    return False
 
 
 @strawberry.type(description="A fact served in a packet.")
