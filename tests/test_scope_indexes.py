@@ -1,4 +1,4 @@
-"""A scope past HAKI_SCOPE_INDEX_ROWS gets HNSW and GIN indexes of its own (context answers the same through them)
+"""A scope past HAKI_SCOPE_INDEX_ROWS gets an HNSW index of its own (context answers the same through it)
 and a list of its common lexemes (the idf rank and multi-hop read them instead of the rows)."""
 
 from __future__ import annotations
@@ -63,9 +63,8 @@ async def test_a_scope_past_the_threshold_gets_its_own_index_once(scoped: Runtim
     assert built is not None
     assert {(s.subject_id, s.table) for s in built} == {("big", "facts"), ("big", "episode_chunks")}
     for table in scope_indexes.TABLES:
-        for kind in ("hnsw", "fts"):
-            assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "big", kind)) is True
-            assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "small", kind)) is None
+        assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "big")) is True
+        assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "small")) is None
     assert await build_pending(scoped.pool, MIN_ROWS) == []  # nothing left to build
     async with scoped.pool.acquire() as conn:
         assert {t for _, t, _ in await scope_indexes.ready(conn, PROJECT)} == set(scope_indexes.TABLES)
@@ -97,46 +96,6 @@ async def test_an_interrupted_build_is_dropped_and_rebuilt(scoped: Runtime, scli
     assert await _index_state(scoped, name) is False
     assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["crashed"]
     assert await _index_state(scoped, name) is True
-
-
-async def _ready_at(rt: Runtime, subject: str) -> tuple[object, object]:
-    async with rt.pool.acquire() as conn:
-        row = await conn.fetchrow(
-            "SELECT ready_at, text_ready_at FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2"
-            " AND table_name = 'facts'",
-            PROJECT,
-            subject,
-        )
-    return row["ready_at"], row["text_ready_at"]
-
-
-@pytest.mark.parametrize("damage", ["missing", "invalid"])
-async def test_a_missing_text_index_is_built_while_the_vector_index_stays_in_use(
-    scoped: Runtime, sclient: GraphQLClient, damage: str
-) -> None:
-    # "missing": a scope indexed before migration 0009; "invalid": a text index build killed half-way.
-    subject = f"text-{damage}"
-    await _fill(sclient, subject, MIN_ROWS, 0)
-    await build_pending(scoped.pool, MIN_ROWS)
-    text_name = scope_indexes.index_name("facts", PROJECT, subject, "fts")
-    async with scoped.pool.acquire() as conn:
-        if damage == "missing":
-            await conn.execute(f'DROP INDEX "{text_name}"')
-        else:
-            await conn.execute(
-                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = (SELECT oid FROM pg_class WHERE relname = $1)",
-                text_name,
-            )
-        await conn.execute(
-            "UPDATE scope_vector_indexes SET text_ready_at = NULL WHERE project_id = $1 AND subject_id = $2",
-            PROJECT,
-            subject,
-        )
-    vector_ready, _ = await _ready_at(scoped, subject)
-    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == [subject]
-    assert await _index_state(scoped, text_name) is True
-    ready, text_ready = await _ready_at(scoped, subject)
-    assert ready == vector_ready and text_ready is not None  # the vector index was never switched off
 
 
 async def test_one_builder_at_a_time(scoped: Runtime, sclient: GraphQLClient) -> None:

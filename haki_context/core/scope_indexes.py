@@ -1,11 +1,10 @@
-"""Giving every large scope indexes of its own (the plan choice lives in db/retrieval.py).
+"""Giving every large scope its own HNSW index (the plan choice lives in db/retrieval.py).
 
-Scopes below HAKI_SCOPE_INDEX_ROWS rows are searched by an exact scan and the
-table-wide full-text index; a scope that reaches it gets a partial HNSW index and
-a partial GIN index (db/scope_indexes.py), built in the background by the server
-(every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by `haki-context index-scopes`.
-Until a build is done the scope keeps the table-wide plan, so a build in progress
-(or a failed one) costs speed, never results.
+Scopes below HAKI_SCOPE_INDEX_ROWS rows are searched by an exact scan; a scope
+that reaches it gets a partial HNSW index, built in the background by the
+server (every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by `haki-context
+index-scopes`. Until the build is done the scope keeps the exact scan, so a
+build in progress (or a failed one) costs speed, never results.
 
 The same pass keeps each indexed scope's list of common lexemes (db/scope_lexemes.py)
 fresh, for the idf full-text rank.
@@ -44,7 +43,7 @@ async def build_pending(
                 started = time.perf_counter()
                 name = await db_scope_indexes.build(conn, scope)
                 log.info(
-                    "scope indexes %s (and its text index) built for %s/%s (%s, %d rows) in %.1f s",
+                    "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
                     name, scope.project_id, scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
                 )
                 built.append(scope)

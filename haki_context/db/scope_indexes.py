@@ -1,13 +1,11 @@
-"""Per-scope indexes: which scopes need them, and building them (migrations 0007, 0009).
+"""Per-scope HNSW indexes: which scopes need one, and building one (migration 0007).
 
-A large scope gets two partial indexes over the rows of its (project, subject): an
-HNSW index over the embeddings and a GIN index over the search vectors. The planner
-uses them for that subject's statements because the statements' `project_id = $1 AND
-subject_id = $2` (constants in a custom plan) imply their predicates. Both are built
-with CREATE INDEX CONCURRENTLY, so writes go on during the build, and recorded in
-`scope_vector_indexes`; retrieval switches to the vector index only once `ready_at` is
-set (the planner never uses an index whose build has not finished, so the text index
-needs no such switch: `text_ready_at` only tells the builder it is done).
+A scope's index is a partial HNSW index over the rows of one (project, subject):
+the planner uses it for that subject's vector search because the statement's
+`project_id = $1 AND subject_id = $2` (constants in a custom plan) imply its
+predicate. It is built with CREATE INDEX CONCURRENTLY, so writes go on during
+the build, and recorded in `scope_vector_indexes`; retrieval switches to it
+only once `ready_at` is set.
 
 Index names are derived from a hash of the scope (ids are user text up to 128
 characters; identifiers are at most 63 bytes). The DDL is composed by the
@@ -44,15 +42,14 @@ class Scope:
     rows: int
 
 
-def index_name(table: str, project_id: str, subject_id: str, kind: str = "hnsw") -> str:
-    """A stable identifier for a scope's index of `kind` ("hnsw" or "fts"):
-    `<table>_<kind>_<20 hex digits of sha256>`."""
+def index_name(table: str, project_id: str, subject_id: str) -> str:
+    """A stable identifier for a scope's index: `<table>_hnsw_<20 hex digits of sha256>`."""
     digest = hashlib.sha256(f"{project_id}\x00{subject_id}".encode()).hexdigest()[:20]
-    return f"{table}_{kind}_{digest}"
+    return f"{table}_hnsw_{digest}"
 
 
 async def pending(conn: asyncpg.Connection, min_rows: int, limit: int = 100) -> list[Scope]:
-    """Scopes holding at least `min_rows` rows of a table whose indexes are not both built, largest first."""
+    """Scopes holding at least `min_rows` rows of a table without a READY index, largest first."""
     rows = await conn.fetch(
         """
         SELECT s.project_id, s.subject_id, t.table_name, t.n
@@ -61,8 +58,7 @@ async def pending(conn: asyncpg.Connection, min_rows: int, limit: int = 100) -> 
         WHERE t.n >= $1
           AND NOT EXISTS (SELECT 1 FROM scope_vector_indexes i
                           WHERE i.project_id = s.project_id AND i.subject_id = s.subject_id
-                            AND i.table_name = t.table_name AND i.ready_at IS NOT NULL
-                            AND i.text_ready_at IS NOT NULL)
+                            AND i.table_name = t.table_name AND i.ready_at IS NOT NULL)
         ORDER BY t.n DESC, s.project_id, s.subject_id, t.table_name
         LIMIT $2
         """,
@@ -95,56 +91,26 @@ async def reset_builder(conn: asyncpg.Connection) -> None:
 
 
 async def build(conn: asyncpg.Connection, scope: Scope) -> str:
-    """Build (or finish) the scope's indexes on `conn`, outside any transaction; returns the
-    vector index's name.
+    """Build (or finish) the scope's index on `conn`, outside any transaction; returns its name.
 
     Idempotent: an index left INVALID by an interrupted build is dropped and rebuilt; a
-    valid one is kept. The vector index is built first and marked READY before the text
-    index is built, and a scope whose vector index is READY keeps it in use while its text
-    index is built. The caller sets statement_timeout and maintenance_work_mem on `conn`
-    (a build of 100,000 rows takes tens of seconds).
+    valid one is only marked READY. The caller sets statement_timeout and
+    maintenance_work_mem on `conn` (a build of 100,000 rows takes tens of seconds).
     """
     _, extra = TABLES[scope.table]
-    key = (scope.project_id, scope.subject_id, scope.table)
     name = index_name(scope.table, scope.project_id, scope.subject_id)
-    text_name = index_name(scope.table, scope.project_id, scope.subject_id, "fts")
     await conn.execute(
         """
-        INSERT INTO scope_vector_indexes (project_id, subject_id, table_name, index_name, text_index_name)
-        VALUES ($1, $2, $3, $4, $5)
+        INSERT INTO scope_vector_indexes (project_id, subject_id, table_name, index_name)
+        VALUES ($1, $2, $3, $4)
         ON CONFLICT (project_id, subject_id, table_name)
-        DO UPDATE SET index_name = excluded.index_name, text_index_name = excluded.text_index_name,
-                      requested_at = now()
+        DO UPDATE SET index_name = excluded.index_name, requested_at = now(), ready_at = NULL
         """,
-        *key,
+        scope.project_id,
+        scope.subject_id,
+        scope.table,
         name,
-        text_name,
     )
-    if not await _index_valid(conn, name):
-        await conn.execute(
-            "UPDATE scope_vector_indexes SET ready_at = NULL WHERE project_id = $1 AND subject_id = $2"
-            " AND table_name = $3",
-            *key,
-        )
-        await _create(conn, name, scope, "USING hnsw (embedding vector_cosine_ops)"
-                      f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})", extra)
-    await conn.execute(
-        "UPDATE scope_vector_indexes SET ready_at = coalesce(ready_at, now())"
-        " WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
-        *key,
-    )
-    if not await _index_valid(conn, text_name):
-        await _create(conn, text_name, scope, "USING gin (search_vector)", extra)
-    await conn.execute(
-        "UPDATE scope_vector_indexes SET text_ready_at = now()"
-        " WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
-        *key,
-    )
-    return name
-
-
-async def _index_valid(conn: asyncpg.Connection, name: str) -> bool:
-    """Whether the index exists and its build finished; one left INVALID by a killed build is dropped."""
     valid = await conn.fetchval(
         "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
         " WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
@@ -152,23 +118,28 @@ async def _index_valid(conn: asyncpg.Connection, name: str) -> bool:
     )
     if valid is False:
         await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
-    return bool(valid)
-
-
-async def _create(conn: asyncpg.Connection, name: str, scope: Scope, method: str, extra: str) -> None:
-    """CREATE INDEX CONCURRENTLY `name` ON the scope's table `method` (our constant text), over
-    the scope's rows (`extra`: the table's own constant condition)."""
-    ddl = await conn.fetchval(
-        "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I ', $1::text, $2::text) || $3::text"
-        " || format(' WHERE project_id = %L AND subject_id = %L', $4::text, $5::text) || $6::text",
-        name,
-        scope.table,
-        method,
+    if not valid:
+        ddl = await conn.fetchval(
+            "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I USING hnsw (embedding vector_cosine_ops)"
+            " WITH (m = %s, ef_construction = %s) WHERE project_id = %L AND subject_id = %L', $1::text, $2::text,"
+            " $3::int, $4::int, $5::text, $6::text) || $7::text",
+            name,
+            scope.table,
+            HNSW_M,
+            HNSW_EF_CONSTRUCTION,
+            scope.project_id,
+            scope.subject_id,
+            extra,
+        )
+        await conn.execute(ddl)
+    await conn.execute(
+        "UPDATE scope_vector_indexes SET ready_at = now()"
+        " WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
         scope.project_id,
         scope.subject_id,
-        extra,
+        scope.table,
     )
-    await conn.execute(ddl)
+    return name
 
 
 async def ready(conn: asyncpg.Connection, project_id: str) -> list[tuple[str, str, str]]:
