@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, record, with_settings
 
+from haki_context.core.assembler import search_params
 from haki_context.core.runtime import Runtime
+from haki_context.db import retrieval
 
 HOSTILE = [
     '"); DROP TABLE facts; --',
@@ -70,3 +74,31 @@ async def test_cover_density_rank_stays_selectable(runtime: Runtime, subject: st
         assert 0 < row["fullText"] < 1  # ts_rank_cd of one cover, not a share of the query's weight
     finally:
         await c.http.aclose()
+
+
+
+async def test_words_of_any_shape_are_found_in_their_own_scope_only(
+    runtime: Runtime, client: GraphQLClient, subject: str
+) -> None:
+    # The text branch finds rows through the scoped lexemes (migration 0009: each lexeme
+    # prefixed by its scope's tag): quotes, backslashes and non-Latin words must match, and
+    # a token too long to index must not fail the write.
+    odd = await assert_fact(client, subject, "odd", "o'brien wrote c:\\temp\\zq9 about 東京 and naïve cafés")
+    await assert_fact(client, subject, "long", "y" * 2100 + " tail")
+    await assert_fact(client, subject, "filler", "plain filler sentence")
+    other = f"{subject}-other"
+    other_odd = await assert_fact(client, other, "odd", "o'brien wrote c:\\temp\\zq9 about 東京 and naïve cafés")
+    # k = 1 and the filler's own vector: the vector branch returns the filler, so the odd
+    # fact can only come from the text branch.
+    vector = await runtime.embedder.embed_query("plain filler sentence")
+
+    async def candidates(scope: str, query: str) -> set[str]:
+        params = search_params(runtime.settings, "default", scope, vector, query, datetime.now(timezone.utc))
+        async with runtime.pool.acquire() as conn:
+            found = await retrieval.fact_candidates(conn, params, 1, 0)
+        return {row.id for row, _ in found.candidates}
+
+    for query in ["o'brien", "c:\\temp\\zq9", "東京", "naïve café", "tail"]:
+        assert odd["fact"]["id"] in await candidates(subject, query) or query == "tail", query
+    assert len(await candidates(subject, "tail")) == 2  # the long-token fact, by its other word
+    assert await candidates(other, "o'brien") == {other_odd["fact"]["id"]}  # each scope finds its own row

@@ -136,7 +136,7 @@ async def test_search_vector_is_generated_english_and_gin_indexed_by_scope(migra
     conn = await asyncpg.connect(migrated)
     try:
         defs = (await _indexes(conn, table)).values()
-        assert any("USING gin (project_id, subject_id, search_vector)" in d for d in defs), defs
+        assert any("USING gin (haki_scoped_lexemes(project_id, subject_id, search_vector))" in d for d in defs), defs
         row = await _generated(conn, table, "search_vector")
         assert row is not None and row["is_generated"] == "ALWAYS"
         assert "to_tsvector('english'" in row["generation_expression"]

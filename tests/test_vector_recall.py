@@ -154,9 +154,11 @@ async def test_a_large_scope_is_searched_through_its_own_index(recall_pool: asyn
             args = ((params.project_id, subject, vector, "w1", now, K, True, 32, 256, 1e9, 1e9, FETCH, 1000)
                     if table == "facts" else ("p", subject, vector, "w1", K, True, 32, 8, FETCH, 1000))
             plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + sql, *args))
-            used = [line for line in plan.splitlines() if "Scan using" in line and "never executed" not in line]
+            used = [line for line in plan.splitlines()
+                    if ("Scan using" in line or "Index Scan on" in line) and "never executed" not in line]
             own = scope_indexes.index_name(table, "p", subject)
-            if subject == "half":
+            if subject == "half":  # its HNSW index; its rows holding the word from the scoped lexemes
                 assert any(own in line for line in used), plan
+                assert any(f"{table}_scoped_search" in line for line in used), plan
             else:  # no index of its own: the exact scan, and no HNSW index of another scope
                 assert not any("_hnsw_" in line for line in used), plan
