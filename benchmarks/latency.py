@@ -750,7 +750,7 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             report = await seed(dsn, project_id=PROJECT, subject_id=SUBJECT, others=OTHERS, corpus=corpus,
                                 fact_vectors=fact_vectors, chunk_vectors=chunk_vectors, sigma=cfg.sigma,
                                 maintenance_work_mem=cfg.maintenance_work_mem, log=log)
-            # As the server does in the background: HNSW and GIN indexes for every scope past scope_index_rows.
+            # As the server does in the background: an HNSW index for every scope past scope_index_rows.
             t = time.perf_counter()
             built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem,
                                         lexeme_rows=settings.full_text_lexeme_rows)
