@@ -160,5 +160,6 @@ async def test_a_large_scope_is_searched_through_its_own_index(recall_pool: asyn
             if subject == "half":  # its HNSW index; its rows holding the word from the scoped lexemes
                 assert any(own in line for line in used), plan
                 assert any(f"{table}_scoped_search" in line for line in used), plan
+                assert "BitmapAnd" not in plan  # the word's rows alone, not ANDed with the scope's
             else:  # no index of its own: the exact scan, and no HNSW index of another scope
                 assert not any("_hnsw_" in line for line in used), plan
