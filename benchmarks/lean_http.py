@@ -26,8 +26,9 @@ class _Closed(Exception):
 class LeanClient:
     """One keep-alive connection to `base_url`; `post_json` sends one request at a time."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, *, timeout: float = 300.0) -> None:
         parts = urlsplit(base_url)
+        self._timeout = timeout
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80
         self._reader: asyncio.StreamReader | None = None
@@ -41,10 +42,18 @@ class LeanClient:
         payload = orjson.dumps(body)
         if self._writer is not None:
             try:
-                return await self._exchange(path, payload)
+                return await self._bounded(path, payload)
             except _Closed:
                 await self.aclose()
-        return await self._exchange(path, payload)
+        return await self._bounded(path, payload)
+
+    async def _bounded(self, path: str, payload: bytes) -> tuple[int, bytes]:
+        """One exchange within the timeout; any failure closes the connection (it may be out of step)."""
+        try:
+            return await asyncio.wait_for(self._exchange(path, payload), self._timeout)
+        except BaseException:
+            await self.aclose()
+            raise
 
     async def _exchange(self, path: str, payload: bytes) -> tuple[int, bytes]:
         if self._writer is None:

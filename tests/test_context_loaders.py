@@ -61,3 +61,19 @@ async def test_decision_items_through_fragments_and_aliases_answer_as_the_plain_
     assert [{"itemId": d["itemId"], "f": d["fact"], "e": d["event"]} for d in expected] == shaped["trace"]["aliased"]
     assert len(log.matching("FROM facts WHERE project_id = $1 AND id = ANY")) == 1
     assert len(log.matching("FROM events WHERE project_id = $1 AND id = ANY")) == 1
+
+
+def test_a_decisions_selection_asking_for_items_is_seen_through_fragments() -> None:
+    # ContextTrace.decisions preloads what its selection asks for; fragments must count.
+    from strawberry.types.nodes import FragmentSpread, InlineFragment, SelectedField
+
+    from haki_context.schema.packet import _selects
+
+    def field(name: str) -> SelectedField:
+        return SelectedField(name=name, directives={}, arguments={}, selections=[], alias=None)
+
+    spread = FragmentSpread(name="F", type_condition="TraceDecision", directives={}, selections=[field("fact")])
+    inline = InlineFragment(type_condition="TraceDecision", selections=[field("event")], directives={})
+    assert _selects([field("itemId"), spread, inline], "fact")
+    assert _selects([field("itemId"), spread, inline], "event")
+    assert not _selects([field("itemId"), field("score")], "fact")

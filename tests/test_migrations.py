@@ -148,6 +148,27 @@ async def test_search_vector_is_generated_english_and_gin_indexed_by_scope(migra
         await conn.close()
 
 
+async def test_scoped_lexemes_fit_in_a_tsvector_whatever_the_row_holds(migrated: str) -> None:
+    # Tagging adds 17 bytes a word: a 2,040-byte word and 60,000 distinct words (a fact of
+    # ~600 KB of words) must still give a tsvector, or the row's write would fail.
+    conn = await asyncpg.connect(migrated)
+    try:
+        tag = await conn.fetchval("SELECT haki_scope_tag('p', 's')")
+        assert len(tag) == 17 and tag.endswith("/")
+        long_word = await conn.fetchval(
+            "SELECT tsvector_to_array(haki_scoped_lexemes('p', 's', to_tsvector('simple', $1)))",
+            "y" * 2040 + " tail",
+        )
+        assert long_word == [tag + "tail"]
+        many = await conn.fetchrow(
+            "SELECT length(v) AS n FROM (SELECT haki_scoped_lexemes('p', 's',"
+            " array_to_tsvector(ARRAY(SELECT 'word' || lpad(i::text, 6, '0') FROM generate_series(1, 60000) i))) AS v) s"
+        )
+        assert many["n"] == 1_000_000 // (10 + 17)  # capped (the original held 60,000), not failed
+    finally:
+        await conn.close()
+
+
 async def test_every_primary_key_leads_with_project_id(migrated: str) -> None:
     conn = await asyncpg.connect(migrated)
     try:

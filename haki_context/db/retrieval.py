@@ -50,21 +50,25 @@ _TAG = "haki_scope_tag($1::text, $2::text)"
 # What the scoped full-text index holds for a row of `alias`.
 _SCOPED = "haki_scoped_lexemes({alias}.project_id, {alias}.subject_id, {alias}.search_vector)"
 
-# The OR of at most $n lexemes of a text, in order of first appearance, each prefixed by
-# {tag} (SQL text: '' to match search_vector, _TAG to match _SCOPED); NULL when none.
+# The lexemes of a text that are searched, in order of first appearance: at most {limit},
+# none over 2,000 bytes (the scoped index leaves those out, and a tagged one would pass
+# tsquery's 2,046-byte limit of a word: the whole call would fail).
+_TEXT_LEXEMES = """SELECT lexeme FROM unnest(to_tsvector('english', {text}))
+    WHERE octet_length(lexeme) <= 2000 ORDER BY positions[1], lexeme LIMIT {limit}"""
+
+# The OR of a text's searched lexemes, each prefixed by {tag} (SQL text: '' to match
+# search_vector, _TAG to match _SCOPED); NULL when none.
 _LEXEME_QUERY = """
     (SELECT string_agg(""" + _QUOTED.format(lexeme="{tag} || lexeme") + """, ' | ')::tsquery
-       FROM (SELECT lexeme FROM unnest(to_tsvector('english', {text})) ORDER BY positions[1], lexeme
-             LIMIT {limit}) lexemes)
+       FROM (""" + _TEXT_LEXEMES + """) lexemes)
 """
 
 # The query's lexemes one per row, each with its one-lexeme tsquery (q) and its scoped one (sq).
 _QUERY_LEXEMES = (
     "SELECT lexeme, " + _QUOTED.format(lexeme="lexeme") + "::tsquery AS q, "
-    + _QUOTED.format(lexeme=_TAG + " || lexeme") + """::tsquery AS sq
-    FROM (SELECT lexeme FROM unnest(to_tsvector('english', $4::text)) ORDER BY positions[1], lexeme
-          LIMIT {limit}) l
-""")
+    + _QUOTED.format(lexeme=_TAG + " || lexeme") + "::tsquery AS sq\n    FROM ("
+    + _TEXT_LEXEMES.replace("{text}", "$4::text") + ") l\n"
+)
 
 # A fact row the assembler may consider: active, and valid at $5.
 _FACT_LIVE = """

@@ -74,6 +74,6 @@ def event_loaded(ctx: RequestContext, id: str) -> Event | None | Awaitable[Event
 
 def _loaded(loader: DataLoader[str, T], key: str) -> T | Awaitable[T]:
     future = loader.cache_map.get(key)
-    if future is not None and future.done() and future.exception() is None:
+    if future is not None and future.done() and not future.cancelled() and future.exception() is None:
         return future.result()
     return loader.load(key)

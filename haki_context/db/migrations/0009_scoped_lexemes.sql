@@ -12,8 +12,11 @@
 -- the same lexemes prefixed with `haki_scope_tag(project, subject)` (16 hex digits of an md5
 -- of the pair, then '/'), so a scope's rows holding a word are one posting list, whatever the
 -- table holds. Statements still filter on project_id and subject_id (a tag is a hash). Ranks
--- keep reading search_vector itself. Lexemes longer than 2,000 bytes are left out (a tagged
--- one could pass tsvector's 2,046-byte limit; no query word is that long).
+-- keep reading search_vector itself. Two limits of tsvector bound what is tagged: a lexeme
+-- over 2,000 bytes is left out (tagged, it could pass the 2,046-byte limit of one lexeme), and
+-- lexemes stop once their tagged bytes reach 1,000,000 (the limit of a whole tsvector is
+-- 1 MiB, and 17 more bytes a word would push a fact of ~50,000 distinct words past it: its
+-- write would fail). Words left out can still be served by the vector branch.
 CREATE FUNCTION haki_scope_tag(project_id text, subject_id text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN left(md5(project_id || chr(31) || subject_id), 16) || '/';
@@ -21,9 +24,12 @@ CREATE FUNCTION haki_scope_tag(project_id text, subject_id text) RETURNS text
 CREATE FUNCTION haki_scoped_lexemes(project_id text, subject_id text, lexemes tsvector) RETURNS tsvector
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
     RETURN array_to_tsvector(ARRAY(
-        SELECT haki_scope_tag(project_id, subject_id) || l
-        FROM unnest(tsvector_to_array(lexemes)) AS l
-        WHERE octet_length(l) <= 2000));
+        SELECT t.tagged FROM (
+            SELECT haki_scope_tag(project_id, subject_id) || l AS tagged,
+                   sum(octet_length(l) + 17) OVER (ORDER BY l) AS bytes
+            FROM unnest(tsvector_to_array(lexemes)) AS l
+            WHERE octet_length(l) <= 2000) t
+        WHERE t.bytes <= 1000000));
 
 CREATE INDEX facts_scoped_search ON facts USING gin (haki_scoped_lexemes(project_id, subject_id, search_vector))
     WHERE status = 'ACTIVE';
