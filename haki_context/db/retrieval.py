@@ -56,18 +56,19 @@ _SCOPED = "haki_scoped_lexemes({alias}.project_id, {alias}.subject_id, {alias}.s
 _TEXT_LEXEMES = """SELECT lexeme FROM unnest(to_tsvector('english', {text}))
     WHERE octet_length(lexeme) <= 2000 ORDER BY positions[1], lexeme LIMIT {limit}"""
 
-# The OR of a text's searched lexemes, each prefixed by {tag} (SQL text: '' to match
-# search_vector, _TAG to match _SCOPED); NULL when none.
-_LEXEME_QUERY = """
-    (SELECT string_agg(""" + _QUOTED.format(lexeme="{tag} || lexeme") + """, ' | ')::tsquery
-       FROM (""" + _TEXT_LEXEMES + """) lexemes)
-"""
+# A text's searched lexemes, read once: their OR as `q` (to match search_vector) and as `sq`,
+# each prefixed by the scope's tag (to match _SCOPED); one row, NULLs when none.
+_LEXEME_QUERIES = (
+    "SELECT string_agg(" + _QUOTED.format(lexeme="lexeme") + ", ' | ')::tsquery AS q,"
+    " string_agg(" + _QUOTED.format(lexeme=_TAG + " || lexeme") + ", ' | ')::tsquery AS sq"
+    " FROM (" + _TEXT_LEXEMES + ") lexemes"
+)
 
 # The query's lexemes one per row, each with its one-lexeme tsquery (q) and its scoped one (sq).
 _QUERY_LEXEMES = (
     "SELECT lexeme, " + _QUOTED.format(lexeme="lexeme") + "::tsquery AS q, "
     + _QUOTED.format(lexeme=_TAG + " || lexeme") + "::tsquery AS sq\n    FROM ("
-    + _TEXT_LEXEMES.replace("{text}", "$4::text") + ") l\n"
+    + _TEXT_LEXEMES.format(text="$4::text", limit="{limit}") + ") l\n"
 )
 
 # A fact row the assembler may consider: active, and valid at $5.
@@ -123,8 +124,7 @@ def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes
     (`cap` does not apply)."""
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
     return _Lexical(
-        ctes=f"""tq AS (SELECT {_LEXEME_QUERY.format(text='$4::text', limit=lexemes, tag="''")} AS q,
-                   {_LEXEME_QUERY.format(text='$4::text', limit=lexemes, tag=_TAG)} AS sq),""",
+        ctes=f"tq AS ({_LEXEME_QUERIES.format(text='$4::text', limit=lexemes)}),",
         top=f"""SELECT {key.replace('@', alias + '.')} FROM {table} {alias}, tq
             WHERE {scope} AND {k} > 0 AND {_SCOPED.format(alias=alias)} @@ tq.sq
             ORDER BY {rank} DESC, {key.replace('@', alias + '.')} LIMIT {k}""",
@@ -271,8 +271,7 @@ SELECT e.entity, e.ord, {_FACT_COLUMNS},
 FROM unnest($4::text[]) WITH ORDINALITY AS e(entity, ord)
 CROSS JOIN LATERAL (
     SELECT h.id, ts_rank_cd(h.search_vector, tq.q) AS full_text
-    FROM (SELECT {_LEXEME_QUERY.format(text="e.entity", limit="$8", tag="''")} AS q,
-                 {_LEXEME_QUERY.format(text="e.entity", limit="$8", tag=_TAG)} AS sq) tq
+    FROM ({_LEXEME_QUERIES.format(text="e.entity", limit="$8")}) tq
     CROSS JOIN LATERAL (
         SELECT f.id, f.search_vector FROM facts f
         WHERE {_TEXT_SCOPE.format(a="f")} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL
