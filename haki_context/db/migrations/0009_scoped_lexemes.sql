@@ -13,7 +13,8 @@
 -- of the pair, then '/'), so a scope's rows holding a word are one posting list, whatever the
 -- table holds. Statements still filter on project_id and subject_id (a tag is a hash). Ranks
 -- keep reading search_vector itself. Two limits of tsvector bound what is tagged: a lexeme
--- over 2,000 bytes is left out (tagged, it could pass the 2,046-byte limit of one lexeme), and
+-- over 2,000 bytes is left out (tagged, it could pass the 2,046-byte limit of one lexeme;
+-- db/retrieval.py, _TEXT_LEXEMES, searches no longer word), and
 -- lexemes stop once their tagged bytes reach 1,000,000 (the limit of a whole tsvector is
 -- 1 MiB, and 17 more bytes a word would push a fact of ~50,000 distinct words past it: its
 -- write would fail). Words left out can still be served by the vector branch.
