@@ -28,8 +28,8 @@ async def test_thirty_facts_load_their_source_events_in_one_query(
     assert len(event_reads) == 1  # sourceEvents, Episode.event and TraceDecision.event together
     assert len(fact_reads) == 1  # PacketFact.fact and TraceDecision.fact together
     assert len(log.matching("FROM trace_decisions")) == 0  # the packet's own decisions are in hand
-    # candidates, episodes, BEGIN + trace + timing + COMMIT, one facts batch, one events batch
-    assert len(log.round_trips()) == 8, log.round_trips()
+    # candidates, episodes, the trace (one statement), one facts batch, one events batch
+    assert len(log.round_trips()) == 5, log.round_trips()
 
 
 async def test_decision_items_through_fragments_and_aliases_answer_as_the_plain_selection(

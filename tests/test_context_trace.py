@@ -67,6 +67,46 @@ async def test_timings_are_real_measurements(client: GraphQLClient, subject: str
     assert parts <= t["totalMs"] + 0.5
 
 
+async def test_stored_timings_are_the_ones_the_call_returned(client: GraphQLClient, subject: str) -> None:
+    await assert_fact(client, subject, "a", "one")
+    packet = await context(client, subject, "one", selection="traceId trace { timings { persistMs totalMs } }")
+    stored = await client.execute(
+        "query($id: ID!) { trace(id: $id) { timings { persistMs totalMs } } }", {"id": packet["traceId"]}
+    )
+    assert stored["trace"] == packet["trace"]
+
+
+async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
+    runtime: Runtime, client: GraphQLClient, subject: str
+) -> None:
+    await assert_fact(client, subject, "a", "one")
+    await record(client, subject, ["one event"])
+    async with runtime.pool.acquire() as conn:
+        # The trace row is written after its decisions, in the same statement: refusing the row
+        # must take the decisions with it.
+        await conn.execute(
+            "CREATE FUNCTION refuse_trace() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.query = 'one refused' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$"
+        )
+        await conn.execute(
+            "CREATE TRIGGER refuse_trace BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION refuse_trace()"
+        )
+        before = await conn.fetchval("SELECT count(*) FROM trace_decisions")
+    try:
+        error = await client.error(
+            "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }", {"s": subject}
+        )
+        assert error["extensions"]["code"] == "INTERNAL"
+        async with runtime.pool.acquire() as conn:
+            assert await conn.fetchval("SELECT count(*) FROM trace_decisions") == before
+            assert await conn.fetchval("SELECT count(*) FROM context_traces WHERE query = 'one refused'") == 0
+        assert (await context(client, subject, "one", selection="traceId"))["traceId"]  # other calls still write
+    finally:
+        async with runtime.pool.acquire() as conn:
+            await conn.execute("DROP TRIGGER refuse_trace ON context_traces")
+            await conn.execute("DROP FUNCTION refuse_trace()")
+
+
 async def test_trace_of_another_project_is_null(runtime: Runtime, client: GraphQLClient, subject: str) -> None:
     new = keys.generate()
     async with runtime.pool.acquire() as conn:

@@ -20,7 +20,9 @@ class TraceTimings:
     embed_ms: float = strawberry.field(description="Embedding the query (0 when the query cache hit).")
     retrieve_ms: float = strawberry.field(description="The retrieval statements (candidates, episodes, multi-hop).")
     pack_ms: float = strawberry.field(description="Scoring, blocking, gating and packing in the server.")
-    persist_ms: float = strawberry.field(description="Writing the trace.")
+    persist_ms: float = strawberry.field(
+        description="Writing the trace, as the database timed its write statement (commit and round trip not included)."
+    )
     total_ms: float = strawberry.field(description="The whole call, trace write included.")
 
 
