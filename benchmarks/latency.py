@@ -21,8 +21,10 @@ For each N (default 1,000 and 10,000; `--n 100000` opt-in), in one run:
    per call is not the server's), an agent's selection, the same through
    httpx, then a debugging selection (every trace decision with every score
    component and `fact { predicate }`); (c) the agent selection from 8
-   concurrent clients, with throughput; the GraphQL + HTTP overhead is
-   client time minus the trace's totalMs (read back from context_traces);
+   concurrent clients, with throughput; the overhead outside the trace is
+   client time minus the trace's totalMs (read back from context_traces):
+   GraphQL, HTTP, and the trace write's commit and round trip (persistMs is
+   the write statement as the database timed it);
 5. ingestion: events/s through `recordEvents` over GraphQL in batches of 200
    (into a subject of its own), beside the raw embedder's throughput on the
    same texts measured right before and right after in this process.

@@ -93,7 +93,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
     add("HTTP 1 client, server p50 ms: embed / retrieve / pack / persist / total",
         lambda r: " / ".join(_f(get(r, f"http.agent.server_breakdown_ms.{k}.p50"), 2)
                              for k in ("embed", "retrieve", "pack", "persist", "total")))
-    add("GraphQL + HTTP overhead (client − totalMs) p50 ms: agent; debugging",
+    add("GraphQL + HTTP + trace commit (client − totalMs) p50 ms: agent; debugging",
         lambda r: f"{_f(get(r, 'http.agent.overhead_ms.p50'), 2)}; {_f(get(r, 'http.debug.overhead_ms.p50'), 2)}")
     add("ingestion via recordEvents over GraphQL, events/s",
         lambda r: f"{_f(get(r, 'ingestion.events_per_s'))} (batch {get(r, 'ingestion.batch')})")

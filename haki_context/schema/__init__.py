@@ -18,6 +18,7 @@ from strawberry.schema.config import StrawberryConfig
 
 from ..core.errors import HakiError
 from .errors import is_unexpected
+from .execution import LeanExecutionContext
 from .limits import context_field_limit
 from .mutation import Mutation
 from .query import Query
@@ -64,6 +65,7 @@ def build_schema(
         mutation=Mutation,
         extensions=extensions,
         config=StrawberryConfig(scalar_map={datetime: DateTime}, disable_field_suggestions=not introspection),
+        execution_context_class=LeanExecutionContext,
     )
 
 
