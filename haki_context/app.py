@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -203,6 +204,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
             if settings.scope_index_interval_s > 0:
                 indexer = asyncio.create_task(_scope_index_loop(rt, settings))
                 stack.callback(indexer.cancel)
+            settle_garbage_collector()
             log.info("serving GraphQL at http://%s:%s/graphql", settings.host, settings.port)
             yield
 
@@ -234,6 +236,25 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     if runtime is not None:
         _attach(app, runtime, settings)
     return app
+
+
+# Requests allocate many short-lived containers (a debugging selection: ~2 collections of the
+# youngest generation per call at the default 700).
+GC_YOUNG_THRESHOLD = 5_000
+
+
+def settle_garbage_collector() -> None:
+    """Once started, move everything allocated so far (schema, pool, model, ~88,000 objects) out
+    of the collector's reach and collect the youngest generation less often.
+
+    Without it every ~50th call paid a full collection walking those objects (~40 ms); the
+    collector cost ~1.2-1.5 ms a call on average, ~0.2-0.6 ms after (10,000 facts, in-process).
+    Cycles made by requests are still collected; only startup objects are never walked again.
+    """
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.0) -> None:
