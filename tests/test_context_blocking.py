@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from conftest import GraphQLClient
-from contextlib_helpers import assert_fact, context, decisions
+from conftest import GraphQLClient, client_for
+from contextlib_helpers import assert_fact, context, decisions, with_settings
+
+from haki_context.core.runtime import Runtime
 
 OPEN_WARNING = "open_conflict: {n} fact(s) hidden pending conflict resolution"
 EXPIRED_WARNING = "volatility_expired: {n} fact(s) hidden past their volatility horizon"
@@ -70,3 +72,20 @@ async def test_status_is_ok_without_warnings(client: GraphQLClient, subject: str
     await assert_fact(client, subject, "a", "one")
     packet = await context(client, subject, "a")
     assert packet["warnings"] == [] and packet["status"] == "OK"
+
+
+async def test_trace_lists_blocked_facts_up_to_its_limit_and_the_warning_counts_them_all(
+    runtime: Runtime, subject: str
+) -> None:
+    client = client_for(with_settings(runtime, blocked_trace_limit=2))
+    try:
+        for predicate in ("a", "b"):
+            await assert_fact(client, subject, predicate, "one")
+            await assert_fact(client, subject, predicate, "two", mode="CONTEST")
+            await assert_fact(client, subject, predicate, "three", mode="CONTEST")
+        packet = await context(client, subject, "a b")
+        blocked = decisions(packet, decision="BLOCKED")
+        assert len(blocked) == 2 and packet["trace"]["counts"]["blocked"] == 2  # the trace's cap
+        assert packet["warnings"] == [OPEN_WARNING.format(n=6)]  # every member of both open sets
+    finally:
+        await client.http.aclose()
