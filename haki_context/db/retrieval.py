@@ -160,9 +160,9 @@ hits AS MATERIALIZED (
                         LIMIT {cap}) h
 ),
 idf AS MATERIALIZED (
-    SELECT l.lexeme, l.q, ln(1.0 + (greatest((SELECT n FROM size), d.df) - d.df + 0.5)::float8 / (d.df + 0.5)) AS w
-    FROM lex l
-    CROSS JOIN LATERAL (SELECT coalesce(l.df, (SELECT count(*) FROM hits h WHERE h.lexeme = l.lexeme)) AS df) d
+    SELECT d.lexeme, d.q, ln(1.0 + (greatest((SELECT n FROM size), d.df) - d.df + 0.5)::float8 / (d.df + 0.5)) AS w
+    FROM (SELECT l.lexeme, l.q, coalesce(l.df, c.df, 0) AS df FROM lex l
+          LEFT JOIN (SELECT lexeme, count(*) AS df FROM hits GROUP BY lexeme) c USING (lexeme)) d
     WHERE d.df > 0
 ),
 lexical AS (
