@@ -277,9 +277,10 @@ class Questions:
         return list(itertools.islice(self._it, k))
 
 
-def search_params(s: Settings, subject: str, vector: np.ndarray, query: str, now: datetime) -> retrieval.SearchParams:
+def search_params(rt: Runtime, subject: str, vector: np.ndarray, query: str, now: datetime) -> retrieval.SearchParams:
     """The SearchParams `assembler.assemble` builds, for the benchmark's project."""
-    return assembler.search_params(s, PROJECT, subject, vector, query, now)
+    own = rt.own_indexes.tables(PROJECT, subject)
+    return assembler.search_params(rt.settings, PROJECT, subject, vector, query, now, own_index_tables=own)
 
 
 def database_dsn(base: str, name: str) -> str:
@@ -394,13 +395,14 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
         for i, q in enumerate(questions):
             vector = await rt.embedder.embed_query(q)
             now = datetime.now(timezone.utc)
-            p = search_params(s, SUBJECT, vector, q, now)
+            p = search_params(rt, SUBJECT, vector, q, now)
             args = (PROJECT, SUBJECT, vector, q, now, s.max_query_lexemes, s.weight_similarity,
                     s.weight_full_text, s.weight_recency, s.recency_tau_days * 86400.0, s.retrieval_top_k)
 
             async def run_ours() -> float:
                 t = time.perf_counter()
                 found = await retrieval.fact_candidates(conn, p, s.retrieval_top_k, s.blocked_trace_limit)
+                rt.own_indexes.saw(PROJECT, SUBJECT, "facts", found.own_index)  # as the assembler does
                 rows_back.append(len(found.candidates))
                 return _ms(t)
 
@@ -415,8 +417,9 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
             else:
                 n, o = await run_naive(), await run_ours()
             t = time.perf_counter()
-            await retrieval.episode_candidates(conn, p, s.episode_top_k, s.episode_text_k)
+            episodes = await retrieval.episode_candidates(conn, p, s.episode_top_k, s.episode_text_k)
             e = _ms(t)
+            rt.own_indexes.saw(PROJECT, SUBJECT, "episode_chunks", episodes.own_index)
             if i < cfg.warmup:
                 continue
             ours.append(o)
@@ -433,7 +436,7 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
             if exact:
                 fact_recall.append(sum(d <= exact[-1] + 1e-6 for d in got) / len(exact))
                 fact_full.append(len(got) >= len(exact))
-            chunks = await retrieval.episode_candidates(conn, vec_only, s.episode_top_k, 0)
+            chunks = (await retrieval.episode_candidates(conn, vec_only, s.episode_top_k, 0)).chunks
             exact_c = [r["d"] for r in await conn.fetch(EXACT_CHUNKS_SQL, PROJECT, SUBJECT, vector,
                                                         s.episode_top_k)]
             if exact_c:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 
 import asyncpg
+import numpy as np
 import pytest
 from conftest import GraphQLClient, client_for, make_settings, open_runtime_for
 from contextlib_helpers import assert_fact, context, record
@@ -14,7 +15,7 @@ from contextlib_helpers import assert_fact, context, record
 from haki_context.core.assembler import search_params
 from haki_context.core.embedder import Embedder
 from haki_context.core.runtime import Runtime
-from haki_context.core.scope_indexes import build_pending
+from haki_context.core.scope_indexes import OwnIndexHints, build_pending
 from haki_context.db import migrate, retrieval, scope_indexes
 
 MIN_ROWS = 12
@@ -73,13 +74,17 @@ async def test_a_scope_past_the_threshold_gets_its_own_index_once(scoped: Runtim
 async def test_context_answers_the_same_through_the_scope_index(scoped: Runtime, sclient: GraphQLClient) -> None:
     await _fill(sclient, "same", MIN_ROWS + 3, MIN_ROWS)
     before = await context(sclient, "same", "value about topic 3", budget=300)
+    assert scoped.own_indexes.tables(PROJECT, "same") == frozenset()
     await build_pending(scoped.pool, MIN_ROWS)
     assert await _index_state(scoped, scope_indexes.index_name("facts", PROJECT, "same")) is True
-    after = await context(sclient, "same", "value about topic 3", budget=300)
-    assert [f["id"] for f in after["facts"]] == [f["id"] for f in before["facts"]]
-    assert [(e["eventId"], e["chunk"]) for e in after["episodes"]] == [
-        (e["eventId"], e["chunk"]) for e in before["episodes"]
-    ]
+    learning = await context(sclient, "same", "value about topic 3", budget=300)  # the shared text: exact scan
+    assert scoped.own_indexes.tables(PROJECT, "same") == set(scope_indexes.TABLES)  # which reported the indexes
+    after = await context(sclient, "same", "value about topic 3", budget=300)  # the scope's own text: its index
+    for packet in (learning, after):
+        assert [f["id"] for f in packet["facts"]] == [f["id"] for f in before["facts"]]
+        assert [(e["eventId"], e["chunk"]) for e in packet["episodes"]] == [
+            (e["eventId"], e["chunk"]) for e in before["episodes"]
+        ]
     assert after["facts"]  # control: the query finds facts at all
 
 
@@ -115,8 +120,30 @@ async def test_scope_ids_that_look_like_sql_are_only_data(scoped: Runtime, sclie
     built = await build_pending(scoped.pool, MIN_ROWS)
     assert [s.subject_id for s in built or []] == [hostile]
     assert await _index_state(scoped, scope_indexes.index_name("facts", PROJECT, hostile)) is True
-    packet = await context(sclient, hostile, "value about topic 1")
-    assert packet["facts"]
+    first = await context(sclient, hostile, "value about topic 1")
+    assert scoped.own_indexes.tables(PROJECT, hostile) == {"facts"}  # no episodes: no index of those
+    # Now the scope's own statement text, which names it with constants.
+    params = search_params(scoped.settings, PROJECT, hostile, np.zeros(384, np.float32), "q", datetime.now(timezone.utc),
+                           own_index_tables=scoped.own_indexes.tables(PROJECT, hostile))
+    sql, _ = retrieval.candidates_text("facts", params)
+    assert "'x''; DROP TABLE facts; --\"%I'" in sql
+    again = await context(sclient, hostile, "value about topic 1")
+    assert again["facts"] and [f["id"] for f in again["facts"]] == [f["id"] for f in first["facts"]]
+
+
+def test_own_index_hints_follow_what_statements_report() -> None:
+    hints = OwnIndexHints(max_scopes=2)
+    hints.saw("p", "a", "facts", True)
+    hints.saw("p", "a", "episode_chunks", None)  # no row came back: nothing learned
+    assert hints.tables("p", "a") == {"facts"}
+    hints.saw("p", "a", "episode_chunks", True)
+    hints.saw("p", "a", "facts", False)  # the index was dropped
+    assert hints.tables("p", "a") == {"episode_chunks"}
+    hints.saw("p", "b", "facts", False)  # small scopes are not kept
+    assert hints.tables("p", "b") == frozenset()
+    hints.saw("p", "b", "facts", True)
+    hints.saw("p", "c", "facts", True)  # past max_scopes: the least recently seen goes
+    assert hints.tables("p", "a") == frozenset() and hints.tables("p", "c") == {"facts"}
 
 
 async def _listed(rt: Runtime, subject: str, table: str = "facts") -> dict[str, int]:

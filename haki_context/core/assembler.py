@@ -95,12 +95,16 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
 
     # 3-4. Candidates under the hard filters, scored on the union only; episodes alongside.
     t = time.perf_counter()
-    params = search_params(s, project_id, subject_id, vector, query, now)
+    params = search_params(
+        s, project_id, subject_id, vector, query, now, own_index_tables=rt.own_indexes.tables(project_id, subject_id)
+    )
     episode_k = episode_candidates(s, budget)
-    found, chunk_rows = await asyncio.gather(
+    found, episodes = await asyncio.gather(
         _with_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit),
         _with_conn(rt, retrieval.episode_candidates, params, episode_k, min(s.episode_text_k, episode_k)),
     )
+    rt.own_indexes.saw(project_id, subject_id, "facts", found.own_index)
+    rt.own_indexes.saw(project_id, subject_id, "episode_chunks", episodes.own_index)
     retrieve_ms = _ms(t)
 
     t = time.perf_counter()
@@ -174,7 +178,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     # 9. Episodes, packed into what is left of the same budget.
     t = time.perf_counter()
     chunks = sorted(
-        _chunks(chunk_rows, now, weights, s, query),
+        _chunks(episodes.chunks, now, weights, s, query),
         key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
     )[:episode_k]
     gated_chunks = {(c.row.event_id, c.row.chunk) for c in chunks if gate > 0 and c.parts.distance > gate}
@@ -255,9 +259,17 @@ def episode_candidates(s: Settings, budget: int) -> int:
 
 
 def search_params(
-    s: Settings, project_id: str, subject_id: str, vector: np.ndarray, query: str, now: datetime
+    s: Settings,
+    project_id: str,
+    subject_id: str,
+    vector: np.ndarray,
+    query: str,
+    now: datetime,
+    *,
+    own_index_tables: frozenset[str] = frozenset(),
 ) -> retrieval.SearchParams:
-    """What every retrieval statement of one call shares (benchmarks build the same)."""
+    """What every retrieval statement of one call shares (benchmarks build the same);
+    `own_index_tables` from Runtime.own_indexes."""
     return retrieval.SearchParams(
         project_id=project_id,
         subject_id=subject_id,
@@ -271,6 +283,7 @@ def search_params(
         horizon_volatile_s=s.horizon_volatile_days * 86400.0,
         horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
         full_text_rank=s.full_text_rank,
+        own_index_tables=own_index_tables,
     )
 
 

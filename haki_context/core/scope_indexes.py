@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 
 import asyncpg
 
@@ -59,3 +60,38 @@ async def build_pending(
             await db_scope_indexes.reset_builder(conn)
             await db_scope_indexes.unlock(conn)
 
+
+
+class OwnIndexHints:
+    """The scopes last seen with a ready index of their own, and on which tables.
+
+    It picks the text of the candidates statements (db/retrieval.py, "Statement
+    texts"): a scope listed here gets the text that can search its own index.
+    A hint, not the truth: each statement checks the index itself and reports
+    it back (`saw`), so a wrong or missing entry costs one call's speed, never
+    rows. Only scopes with an index are kept, the least recently seen dropped
+    first past `max_scopes`.
+    """
+
+    def __init__(self, max_scopes: int = 10_000) -> None:
+        self._tables: OrderedDict[tuple[str, str], frozenset[str]] = OrderedDict()
+        self._max_scopes = max_scopes
+
+    def tables(self, project_id: str, subject_id: str) -> frozenset[str]:
+        """The tables on which the scope was last seen with an index of its own."""
+        return self._tables.get((project_id, subject_id), frozenset())
+
+    def saw(self, project_id: str, subject_id: str, table: str, own_index: bool | None) -> None:
+        """Record what a statement on `table` reported (None: it returned no row, so said nothing)."""
+        if own_index is None:
+            return
+        key = (project_id, subject_id)
+        before = self._tables.get(key, frozenset())
+        after = before | {table} if own_index else before - {table}
+        if not after:
+            self._tables.pop(key, None)
+            return
+        self._tables[key] = after
+        self._tables.move_to_end(key)
+        while len(self._tables) > self._max_scopes:
+            self._tables.popitem(last=False)

@@ -58,11 +58,14 @@ async def create_pool(
     going until it has enough rows (without it pgvector silently returns ~4 of
     64); results are re-sorted by distance in the statement.
 
-    `plan_cache_mode = force_custom_plan`: a large scope's vector search uses the
-    scope's own partial HNSW index (db/scope_indexes.py), which only a plan made
-    for the statement's actual scope can pick. A generic plan, which PostgreSQL
-    may switch to after five executions of a prepared statement on small scopes,
-    would sort the large scope's every row instead.
+    `plan_cache_mode = auto` (PostgreSQL's default, said here because the
+    retrieval statements are written for it): a prepared statement is planned for
+    its values five times, then once for all if that plan is no costlier. The
+    candidates statements take ~1.5 ms each to plan; a large scope's own partial
+    HNSW index, which a plan made once for all cannot pick from parameters, is
+    named with constants in a text of that scope's own (db/retrieval.py,
+    "Statement texts"). `standard_conforming_strings = on` (also the default) is
+    what makes those constants' quoting complete.
     """
     pool = await asyncpg.create_pool(
         dsn,
@@ -79,7 +82,8 @@ async def create_pool(
             "hnsw.ef_search": str(hnsw_ef_search),
             "hnsw.max_scan_tuples": str(hnsw_max_scan_tuples),
             "jit": "off",
-            "plan_cache_mode": "force_custom_plan",
+            "plan_cache_mode": "auto",
+            "standard_conforming_strings": "on",
         },
     )
     assert pool is not None

@@ -7,9 +7,10 @@ not in the future, all against one `now` the caller passes to every statement.
 Vector search plan, chosen per statement with a one-time filter so only one
 branch runs:
 - a scope with a READY index of its own (`scope_vector_indexes`, built by
-  db/scope_indexes.py once the scope is large): HNSW over that partial index,
-  which holds the scope's rows only (the planner picks it because the
-  statement's scope constants imply its predicate: custom plans), with
+  db/scope_indexes.py once the scope is large), when the caller knows it (see
+  "Statement texts" below): HNSW over that partial index, which holds the
+  scope's rows only (the planner picks it because the statement names the scope
+  with constants, which imply the index's predicate), with
   `hnsw.iterative_scan = relaxed_order` for the remaining filters (validity,
   conflicts), over-fetched and re-sorted;
 - any other scope: an exact scan of the scope, ranked by the inner product of
@@ -20,6 +21,18 @@ branch runs:
 The re-sort of the HNSW rows orders by `d + 0` on purpose: ordering by `d`
 itself lets the planner trust the index's (relaxed, so wrong) order and stop
 after k rows, which silently drops the over-fetch.
+
+Statement texts: planning these statements costs 1.4-1.9 ms each (more with
+every partial index on the table), so they are written to be planned once per
+connection (PostgreSQL's generic plan, taken after five runs). A generic plan
+cannot pick a scope's partial index from parameters, so the candidates
+statements come in two texts: a shared one, with the scope as parameters, which
+takes the exact branch; and, for a scope the caller has seen with a ready index
+of its own (`SearchParams.own_index_tables`, a hint learned from `own_index`,
+which every statement returns), a text of the scope's own that names it with
+constants in the HNSW scan. Only large scopes get texts of their own, so the
+connections' statement caches hold few. A wrong hint costs speed, never rows:
+the statement checks the index itself.
 
 The full-text query uses the distinct lexemes of `to_tsvector('english',
 query)` (stop words gone, words stemmed), each quoted into a `tsquery` value:
@@ -101,6 +114,10 @@ _FACT_COLUMN_NAMES = (
 _FACT_COLUMNS = ", ".join(f"f.{c}" for c in _FACT_COLUMN_NAMES)
 
 _CHUNK_SCOPE = "c.project_id = $1 AND c.subject_id = $2"
+
+# Where an HNSW scan names its scope: $1 and $2 in the shared text, constants in a scope's
+# own (see "Statement texts"). NUL cannot occur in SQL text, so the markers are unambiguous.
+_PROJECT, _SUBJECT = "\x00project\x00", "\x00subject\x00"
 
 # Rows taken from a scope's HNSW scan before the re-sort to the top k: HNSW misses more of
 # the true top k as the scope grows, so the over-fetch grows with it, one row per 250 of the
@@ -185,10 +202,11 @@ def _fact_candidates_sql(rank: str) -> str:
         "@id", "$6", "$8", "$13",
     )
     return f"""
-WITH size AS (SELECT s.n, {_FETCH.format(k="$6", most="$12")} AS fetch_rows, s.indexed FROM (
+WITH size AS (SELECT s.n, {_FETCH.format(k="$6", most="$12")} AS fetch_rows, $7::boolean AND s.ready AS indexed,
+                    s.ready FROM (
     SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
-           $7::boolean AND EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
-               AND subject_id = $2 AND table_name = 'facts' AND ready_at IS NOT NULL) AS indexed) s),
+           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
+               AND subject_id = $2 AND table_name = 'facts' AND ready_at IS NOT NULL) AS ready) s),
 half AS (SELECT $3::vector::halfvec(384) AS h),
 {lexical.ctes}
 vec_exact AS (
@@ -200,7 +218,8 @@ vec_exact AS (
 ),
 hnsw_scan AS MATERIALIZED (
     SELECT f.id, f.embedding <=> $3 AS d FROM facts f
-    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL AND (SELECT indexed FROM size)
+    WHERE f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE}
+      AND f.open_conflict_id IS NULL AND (SELECT indexed FROM size)
     ORDER BY f.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
 ),
 vec_hnsw AS (SELECT id FROM hnsw_scan ORDER BY d + 0, id LIMIT $6),
@@ -218,10 +237,12 @@ SELECT 'C' AS role, {_FACT_COLUMNS},
        f.embedding <=> $3 AS distance,
        {lexical.rank_expr} AS full_text,
        ({_EXPIRED.format(volatile="$10", ephemeral="$11")}) AS expired,
-       0::bigint AS blocked_total
+       0::bigint AS blocked_total, (SELECT ready FROM size) AS own_index
 FROM candidates k JOIN facts f ON f.project_id = $1 AND f.id = k.id{lexical.join}
 UNION ALL
-SELECT 'B', {", ".join(f"b.{c}" for c in _FACT_COLUMN_NAMES)}, NULL, NULL, false, b.total FROM blocked b
+SELECT 'B', {", ".join(f"b.{c}" for c in _FACT_COLUMN_NAMES)}, NULL, NULL, false, b.total,
+       (SELECT ready FROM size)
+FROM blocked b
 """
 
 
@@ -230,10 +251,11 @@ def _episode_candidates_sql(rank: str) -> str:
         "episode_chunks", "c", _TEXT_SCOPE.format(a="c"), "@event_id, @chunk", "$8", "$7", "$10"
     )
     return f"""
-WITH size AS (SELECT s.n, {_FETCH.format(k="$5", most="$9")} AS fetch_rows, s.indexed FROM (
+WITH size AS (SELECT s.n, {_FETCH.format(k="$5", most="$9")} AS fetch_rows, $6::boolean AND s.ready AS indexed,
+                    s.ready FROM (
     SELECT coalesce((SELECT chunk_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
-           $6::boolean AND EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
-               AND subject_id = $2 AND table_name = 'episode_chunks' AND ready_at IS NOT NULL) AS indexed) s),
+           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
+               AND subject_id = $2 AND table_name = 'episode_chunks' AND ready_at IS NOT NULL) AS ready) s),
 half AS (SELECT $3::vector::halfvec(384) AS h),
 {lexical.ctes}
 vec_exact AS (
@@ -245,7 +267,7 @@ vec_exact AS (
 ),
 hnsw_scan AS MATERIALIZED (
     SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
-    WHERE {_CHUNK_SCOPE} AND (SELECT indexed FROM size)
+    WHERE c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT} AND (SELECT indexed FROM size)
     ORDER BY c.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
 ),
 vec_hnsw AS (SELECT event_id, chunk FROM hnsw_scan ORDER BY d + 0, event_id, chunk LIMIT $5),
@@ -255,13 +277,33 @@ candidates AS (
     UNION SELECT event_id, chunk FROM fts
 )
 SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
-       c.embedding <=> $3 AS distance, {lexical.rank_expr} AS full_text
+       c.embedding <=> $3 AS distance, {lexical.rank_expr} AS full_text, (SELECT ready FROM size) AS own_index
 FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk{lexical.join}
 """
 
 
-FACT_CANDIDATES_SQL = {rank: _fact_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
-EPISODE_CANDIDATES_SQL = {rank: _episode_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
+def _shared(template: str) -> str:
+    return template.replace(_PROJECT, "$1").replace(_SUBJECT, "$2")
+
+
+def _literal(text: str) -> str:
+    """`text` as an SQL string constant. The pool sets standard_conforming_strings, so a
+    backslash is an ordinary character and doubling quotes is the whole escaping."""
+    if "\x00" in text:
+        raise ValueError("an SQL constant cannot hold NUL")
+    return "'" + text.replace("'", "''") + "'"
+
+
+def own_text(template: str, project_id: str, subject_id: str) -> str:
+    """A candidates statement naming one scope with constants in its HNSW scan."""
+    return template.replace(_PROJECT, _literal(project_id)).replace(_SUBJECT, _literal(subject_id))
+
+
+# Templates (the HNSW scan's scope marked), and the shared texts all scopes use.
+FACT_CANDIDATES_TEMPLATE = {rank: _fact_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
+EPISODE_CANDIDATES_TEMPLATE = {rank: _episode_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
+FACT_CANDIDATES_SQL = {rank: _shared(sql) for rank, sql in FACT_CANDIDATES_TEMPLATE.items()}
+EPISODE_CANDIDATES_SQL = {rank: _shared(sql) for rank, sql in EPISODE_CANDIDATES_TEMPLATE.items()}
 
 # An entity's facts are read up to $11 rows, in index order, then ranked: ranking every fact
 # that names a common entity cost 15-55 ms at 100,000 facts (~30 us a row: the heap, then the
@@ -316,6 +358,7 @@ class FactCandidates:
     candidates: list[tuple[FactRow, bool]]  # (row, volatility expired)
     blocked: list[FactRow]  # members of OPEN conflict sets, at most `blocked_limit`
     blocked_total: int
+    own_index: bool | None  # whether the scope has a ready index of its own (None: no row said)
 
 
 @dataclass(frozen=True)
@@ -333,6 +376,12 @@ class ChunkRow:
 
 
 @dataclass(frozen=True)
+class EpisodeCandidates:
+    chunks: list[ChunkRow]
+    own_index: bool | None  # as in FactCandidates
+
+
+@dataclass(frozen=True)
 class SearchParams:
     """What every retrieval statement of one call shares."""
 
@@ -347,12 +396,25 @@ class SearchParams:
     hnsw_fetch: int  # the most rows taken from an HNSW scan before re-sorting (see _FETCH)
     horizon_volatile_s: float
     horizon_ephemeral_s: float
-    full_text_rank: str = "cover_density"  # or "idf" (see EPISODE_CANDIDATES_IDF_SQL)
+    full_text_rank: str = "cover_density"  # or "idf" (see FULL_TEXT_RANKS)
+    # Tables where the scope was last seen with a ready index of its own: their statements use
+    # the scope's own text (see "Statement texts"); elsewhere the shared text, exact scan.
+    own_index_tables: frozenset[str] = frozenset()
 
 
 def _rank_args(p: SearchParams) -> tuple[int, ...]:
     """The parameters only the idf rank's statements take (the last one)."""
     return (p.lexeme_rows,) if p.full_text_rank == "idf" else ()
+
+
+def candidates_text(table: str, p: SearchParams) -> tuple[str, bool]:
+    """The candidates statement of `table` for this call, and whether it may search the
+    scope's own index: the scope's own text if it is known to have one, else the shared text."""
+    templates = FACT_CANDIDATES_TEMPLATE if table == "facts" else EPISODE_CANDIDATES_TEMPLATE
+    if p.use_scope_index and table in p.own_index_tables:
+        return own_text(templates[p.full_text_rank], p.project_id, p.subject_id), True
+    shared = FACT_CANDIDATES_SQL if table == "facts" else EPISODE_CANDIDATES_SQL
+    return shared[p.full_text_rank], False
 
 
 def _fact_row(r: asyncpg.Record) -> FactRow:
@@ -378,15 +440,16 @@ async def fact_candidates(
 ) -> FactCandidates:
     """Phase 1 and 2 in one statement: the union of vector and full-text top-k, scored
     components for each, plus the scope's facts held in OPEN conflict sets."""
+    sql, use_index = candidates_text("facts", p)
     rows = await conn.fetch(
-        FACT_CANDIDATES_SQL[p.full_text_rank],
+        sql,
         p.project_id,
         p.subject_id,
         p.vector,
         p.query,
         p.now,
         top_k,
-        p.use_scope_index,
+        use_index,
         p.max_lexemes,
         blocked_limit,
         p.horizon_volatile_s,
@@ -397,27 +460,29 @@ async def fact_candidates(
     candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
     blocked_rows = [r for r in rows if r["role"] == "B"]
     total = int(blocked_rows[0]["blocked_total"]) if blocked_rows else 0
-    return FactCandidates(candidates, [_fact_row(r) for r in blocked_rows], total)
+    own_index = bool(rows[0]["own_index"]) if rows else None
+    return FactCandidates(candidates, [_fact_row(r) for r in blocked_rows], total, own_index)
 
 
 async def episode_candidates(
     conn: asyncpg.Connection, p: SearchParams, vector_k: int, text_k: int
-) -> list[ChunkRow]:
+) -> EpisodeCandidates:
     """Episode chunks of the scope: the vector top-k, plus the full-text top-k when `text_k` > 0."""
+    sql, use_index = candidates_text("episode_chunks", p)
     rows = await conn.fetch(
-        EPISODE_CANDIDATES_SQL[p.full_text_rank],
+        sql,
         p.project_id,
         p.subject_id,
         p.vector,
         p.query,
         vector_k,
-        p.use_scope_index,
+        use_index,
         p.max_lexemes,
         text_k,
         p.hnsw_fetch,
         *_rank_args(p),
     )
-    return [
+    chunks = [
         ChunkRow(
             event_id=str(r["event_id"]),
             chunk=r["chunk"],
@@ -432,6 +497,7 @@ async def episode_candidates(
         )
         for r in rows
     ]
+    return EpisodeCandidates(chunks, bool(rows[0]["own_index"]) if rows else None)
 
 
 async def multi_hop(
