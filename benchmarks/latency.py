@@ -477,10 +477,11 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
 
 
 class Server:
-    """`python -m haki_context.cli serve` on 127.0.0.1, with its RSS sampled."""
+    """`python -m haki_context.cli serve` on 127.0.0.1, with its RSS sampled; the code is the
+    checkout at `root` (this one by default, another revision's worktree for benchmarks.revision_ab)."""
 
-    def __init__(self, dsn: str, cfg: Config, workdir: Path) -> None:
-        self.dsn, self.cfg, self.workdir = dsn, cfg, workdir
+    def __init__(self, dsn: str, cfg: Config, workdir: Path, root: Path = REPO_ROOT) -> None:
+        self.dsn, self.cfg, self.workdir, self.root = dsn, cfg, workdir, root
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -503,7 +504,7 @@ class Server:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "haki_context.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
         self._sampler = asyncio.create_task(self._sample())
         async with httpx.AsyncClient(timeout=5.0) as client:
