@@ -125,7 +125,7 @@ async def test_scope_ids_that_look_like_sql_are_only_data(scoped: Runtime, sclie
     # Now the scope's own statement text, which names it with constants.
     params = search_params(scoped.settings, PROJECT, hostile, np.zeros(384, np.float32), "q", datetime.now(timezone.utc),
                            own_index_tables=scoped.own_indexes.tables(PROJECT, hostile))
-    sql, _ = retrieval.candidates_text("facts", params)
+    sql = retrieval.candidates_text("facts", params)
     assert "'x''; DROP TABLE facts; --\"%I'" in sql
     again = await context(sclient, hostile, "value about topic 1")
     assert again["facts"] and [f["id"] for f in again["facts"]] == [f["id"] for f in first["facts"]]

@@ -182,13 +182,13 @@ async def test_a_large_scope_is_searched_through_its_own_index_by_a_plan_made_on
             first = await _candidates(conn, table, params)
             assert first.own_index is (subject == "half")
             known = dataclasses.replace(params, own_index_tables=frozenset({table}) if first.own_index else frozenset())
-            sql, use_index = retrieval.candidates_text(table, known)
-            assert use_index is (subject == "half") and ("'half'" in sql) is (subject == "half")
+            sql = retrieval.candidates_text(table, known)
+            assert ("'half'" in sql) is (subject == "half")
             # Past five runs PostgreSQL keeps one plan for all when it costs no more than theirs.
             for _ in range(7):
                 await _candidates(conn, table, known)
-            args = ((params.project_id, subject, vector, "w1", now, K, use_index, 32, 256, 1e9, 1e9, FETCH, 1000)
-                    if table == "facts" else ("p", subject, vector, "w1", K, use_index, 32, 8, FETCH, 1000))
+            args = ((params.project_id, subject, vector, "w1", now, K, 32, 256, 1e9, 1e9, FETCH, 1000)
+                    if table == "facts" else ("p", subject, vector, "w1", K, 32, 8, FETCH, 1000))
             if subject == "half":  # which a large scope's own text does: planned once
                 assert await conn.fetchval(
                     "SELECT generic_plans FROM pg_prepared_statements WHERE statement = $1", sql
@@ -201,3 +201,24 @@ async def test_a_large_scope_is_searched_through_its_own_index_by_a_plan_made_on
                 assert "BitmapAnd" not in plan  # the word's rows alone, not ANDed with the scope's
             else:  # no index of its own: no HNSW index of another scope either
                 assert "_hnsw_" not in plan, plan
+
+
+@pytest.mark.parametrize("table", ["facts", "episode_chunks"])
+async def test_a_wrong_hint_costs_speed_never_rows(recall_pool: asyncpg.Pool, table: str) -> None:
+    vector = HashingEncoder().encode(["w1 w2 w3"])[0]
+    params = retrieval.SearchParams(
+        project_id="p", subject_id="tiny", vector=vector, query="w1", now=datetime.now(timezone.utc), max_lexemes=32,
+        lexeme_rows=1000, use_scope_index=True, hnsw_fetch=FETCH, horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+    )
+    async with recall_pool.acquire() as conn:
+        shared = await _candidates(conn, table, params)
+        # The scope's own (HNSW) text for a scope without an index: its rows sorted exactly.
+        wrong = await _candidates(conn, table, dataclasses.replace(params, own_index_tables=frozenset({table})))
+    assert shared.own_index is False and wrong.own_index is False  # which takes the hint back
+
+    def rows(found: retrieval.FactCandidates | retrieval.EpisodeCandidates) -> set[str]:
+        if isinstance(found, retrieval.FactCandidates):
+            return {row.id for row, _ in found.candidates}
+        return {c.event_id for c in found.chunks}
+
+    assert len(rows(shared)) == SUBJECTS["tiny"] and rows(wrong) == rows(shared)

@@ -4,13 +4,11 @@ Hard filters live here, inside the statements, never after scoring: status
 ACTIVE, the exact (project, subject), `valid_to` not passed and `valid_from`
 not in the future, all against one `now` the caller passes to every statement.
 
-Vector search plan, chosen per statement with a one-time filter so only one
-branch runs:
-- a scope with a READY index of its own (`scope_vector_indexes`, built by
-  db/scope_indexes.py once the scope is large), when the caller knows it (see
-  "Statement texts" below): HNSW over that partial index, which holds the
-  scope's rows only (the planner picks it because the statement names the scope
-  with constants, which imply the index's predicate), with
+Vector search plan, chosen by the statement's text (see "Statement texts"):
+- a scope known to have a READY index of its own (`scope_vector_indexes`,
+  built by db/scope_indexes.py once the scope is large): HNSW over that partial
+  index, which holds the scope's rows only (the planner picks it because the
+  text names the scope with constants, which imply the index's predicate), with
   `hnsw.iterative_scan = relaxed_order` for the remaining filters (validity,
   conflicts), over-fetched and re-sorted;
 - any other scope: an exact scan of the scope, ranked by the inner product of
@@ -22,17 +20,18 @@ The re-sort of the HNSW rows orders by `d + 0` on purpose: ordering by `d`
 itself lets the planner trust the index's (relaxed, so wrong) order and stop
 after k rows, which silently drops the over-fetch.
 
-Statement texts: planning these statements costs 1.4-1.9 ms each (more with
-every partial index on the table), so they are written to be planned once per
-connection (PostgreSQL's generic plan, taken after five runs). A generic plan
-cannot pick a scope's partial index from parameters, so the candidates
-statements come in two texts: a shared one, with the scope as parameters, which
-takes the exact branch; and, for a scope the caller has seen with a ready index
-of its own (`SearchParams.own_index_tables`, a hint learned from `own_index`,
-which every statement returns), a text of the scope's own that names it with
-constants in the HNSW scan. Only large scopes get texts of their own, so the
-connections' statement caches hold few. A wrong hint costs speed, never rows:
-the statement checks the index itself.
+Statement texts: planning a candidates statement costs 1.4-1.9 ms (more with
+every partial index on its table), so they are written to be planned once per
+connection (PostgreSQL's generic plan, which it keeps after five runs when it
+costs no more than theirs). A plan made once cannot pick a scope's partial
+index from parameters, hence two texts per statement: a shared one, the scope
+as parameters, scanning exactly; and, for a scope the caller has seen with a
+ready index of its own (`SearchParams.own_index_tables`, a hint learned from
+`own_index`, which every statement returns), a text of the scope's own, the
+HNSW scan naming it with constants. Only large scopes get texts of their own,
+so the connections' statement caches hold few. A wrong hint costs speed, never
+rows: without its index the HNSW text sorts the scope's rows exactly, and the
+statement's `own_index` corrects the hint.
 
 The full-text query uses the distinct lexemes of `to_tsvector('english',
 query)` (stop words gone, words stemmed), each quoted into a `tsquery` value:
@@ -196,47 +195,66 @@ lexical AS (
 FULL_TEXT_RANKS = {"cover_density": _cover_density, "idf": _idf}
 
 
-def _fact_candidates_sql(rank: str) -> str:
-    lexical = FULL_TEXT_RANKS[rank](
-        "facts", "f", f"{_TEXT_SCOPE.format(a='f')} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
-        "@id", "$6", "$8", "$13",
-    )
-    return f"""
-WITH size AS (SELECT s.n, {_FETCH.format(k="$6", most="$12")} AS fetch_rows, $7::boolean AND s.ready AS indexed,
-                    s.ready FROM (
-    SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
-           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
-               AND subject_id = $2 AND table_name = 'facts' AND ready_at IS NOT NULL) AS ready) s),
-half AS (SELECT $3::vector::halfvec(384) AS h),
-{lexical.ctes}
-vec_exact AS (
+# The vector top k of each plan (see "Vector search plan"), as the CTE `vec`, after `size`.
+_FACT_VECTOR = {
+    "exact": f"""half AS (SELECT $3::vector::halfvec(384) AS h),
+vec AS (
     SELECT id FROM (
         SELECT f.id, f.embedding_half <#> (SELECT h FROM half) AS d FROM facts f
         WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL OFFSET 0) s
-    WHERE NOT (SELECT indexed FROM size)
     ORDER BY d, id LIMIT $6
-),
-hnsw_scan AS MATERIALIZED (
+),""",
+    "hnsw": f"""hnsw_scan AS MATERIALIZED (
     SELECT f.id, f.embedding <=> $3 AS d FROM facts f
     WHERE f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE}
-      AND f.open_conflict_id IS NULL AND (SELECT indexed FROM size)
+      AND f.open_conflict_id IS NULL
     ORDER BY f.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
 ),
-vec_hnsw AS (SELECT id FROM hnsw_scan ORDER BY d + 0, id LIMIT $6),
+vec AS (SELECT id FROM hnsw_scan ORDER BY d + 0, id LIMIT $6),""",
+}
+_CHUNK_VECTOR = {
+    "exact": f"""half AS (SELECT $3::vector::halfvec(384) AS h),
+vec AS (
+    SELECT event_id, chunk FROM (
+        SELECT c.event_id, c.chunk, c.embedding_half <#> (SELECT h FROM half) AS d FROM episode_chunks c
+        WHERE {_CHUNK_SCOPE} OFFSET 0) s
+    ORDER BY d, event_id, chunk LIMIT $5
+),""",
+    "hnsw": f"""hnsw_scan AS MATERIALIZED (
+    SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
+    WHERE c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}
+    ORDER BY c.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
+),
+vec AS (SELECT event_id, chunk FROM hnsw_scan ORDER BY d + 0, event_id, chunk LIMIT $5),""",
+}
+
+
+def _fact_candidates_sql(rank: str, plan: str) -> str:
+    lexical = FULL_TEXT_RANKS[rank](
+        "facts", "f", f"{_TEXT_SCOPE.format(a='f')} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
+        "@id", "$6", "$7", "$12",
+    )
+    return f"""
+WITH size AS (SELECT s.n, {_FETCH.format(k="$6", most="$11")} AS fetch_rows, s.ready FROM (
+    SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
+           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
+               AND subject_id = $2 AND table_name = 'facts' AND ready_at IS NOT NULL) AS ready) s),
+{lexical.ctes}
+{_FACT_VECTOR[plan]}
 fts AS ({lexical.top}),
-candidates AS (SELECT id FROM vec_exact UNION SELECT id FROM vec_hnsw UNION SELECT id FROM fts),
+candidates AS (SELECT id FROM vec UNION SELECT id FROM fts),
 -- One read of the table for the blocked rows and their total (the window counts before the
 -- LIMIT): each reference of `facts` costs planning time per index on it, the scopes'
 -- partial HNSW indexes included (~5 us per index and reference).
 blocked AS (
     SELECT {_FACT_COLUMNS}, count(*) OVER () AS total FROM facts f
     WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NOT NULL
-    ORDER BY f.id LIMIT $9
+    ORDER BY f.id LIMIT $8
 )
 SELECT 'C' AS role, {_FACT_COLUMNS},
        f.embedding <=> $3 AS distance,
        {lexical.rank_expr} AS full_text,
-       ({_EXPIRED.format(volatile="$10", ephemeral="$11")}) AS expired,
+       ({_EXPIRED.format(volatile="$9", ephemeral="$10")}) AS expired,
        0::bigint AS blocked_total, (SELECT ready FROM size) AS own_index
 FROM candidates k JOIN facts f ON f.project_id = $1 AND f.id = k.id{lexical.join}
 UNION ALL
@@ -246,44 +264,23 @@ FROM blocked b
 """
 
 
-def _episode_candidates_sql(rank: str) -> str:
+def _episode_candidates_sql(rank: str, plan: str) -> str:
     lexical = FULL_TEXT_RANKS[rank](
-        "episode_chunks", "c", _TEXT_SCOPE.format(a="c"), "@event_id, @chunk", "$8", "$7", "$10"
+        "episode_chunks", "c", _TEXT_SCOPE.format(a="c"), "@event_id, @chunk", "$7", "$6", "$9"
     )
     return f"""
-WITH size AS (SELECT s.n, {_FETCH.format(k="$5", most="$9")} AS fetch_rows, $6::boolean AND s.ready AS indexed,
-                    s.ready FROM (
+WITH size AS (SELECT s.n, {_FETCH.format(k="$5", most="$8")} AS fetch_rows, s.ready FROM (
     SELECT coalesce((SELECT chunk_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
            EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
                AND subject_id = $2 AND table_name = 'episode_chunks' AND ready_at IS NOT NULL) AS ready) s),
-half AS (SELECT $3::vector::halfvec(384) AS h),
 {lexical.ctes}
-vec_exact AS (
-    SELECT event_id, chunk FROM (
-        SELECT c.event_id, c.chunk, c.embedding_half <#> (SELECT h FROM half) AS d FROM episode_chunks c
-        WHERE {_CHUNK_SCOPE} OFFSET 0) s
-    WHERE NOT (SELECT indexed FROM size)
-    ORDER BY d, event_id, chunk LIMIT $5
-),
-hnsw_scan AS MATERIALIZED (
-    SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
-    WHERE c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT} AND (SELECT indexed FROM size)
-    ORDER BY c.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
-),
-vec_hnsw AS (SELECT event_id, chunk FROM hnsw_scan ORDER BY d + 0, event_id, chunk LIMIT $5),
+{_CHUNK_VECTOR[plan]}
 fts AS ({lexical.top}),
-candidates AS (
-    SELECT event_id, chunk FROM vec_exact UNION SELECT event_id, chunk FROM vec_hnsw
-    UNION SELECT event_id, chunk FROM fts
-)
+candidates AS (SELECT event_id, chunk FROM vec UNION SELECT event_id, chunk FROM fts)
 SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
        c.embedding <=> $3 AS distance, {lexical.rank_expr} AS full_text, (SELECT ready FROM size) AS own_index
 FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk{lexical.join}
 """
-
-
-def _shared(template: str) -> str:
-    return template.replace(_PROJECT, "$1").replace(_SUBJECT, "$2")
 
 
 def _literal(text: str) -> str:
@@ -295,15 +292,16 @@ def _literal(text: str) -> str:
 
 
 def own_text(template: str, project_id: str, subject_id: str) -> str:
-    """A candidates statement naming one scope with constants in its HNSW scan."""
+    """A scope's own candidates statement: the HNSW template naming the scope with constants."""
     return template.replace(_PROJECT, _literal(project_id)).replace(_SUBJECT, _literal(subject_id))
 
 
-# Templates (the HNSW scan's scope marked), and the shared texts all scopes use.
-FACT_CANDIDATES_TEMPLATE = {rank: _fact_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
-EPISODE_CANDIDATES_TEMPLATE = {rank: _episode_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
-FACT_CANDIDATES_SQL = {rank: _shared(sql) for rank, sql in FACT_CANDIDATES_TEMPLATE.items()}
-EPISODE_CANDIDATES_SQL = {rank: _shared(sql) for rank, sql in EPISODE_CANDIDATES_TEMPLATE.items()}
+# By rank: the shared texts (exact scan, the scope as parameters), and the templates of the
+# scopes' own texts (HNSW, the scope marked for own_text).
+FACT_CANDIDATES_SQL = {rank: _fact_candidates_sql(rank, "exact") for rank in FULL_TEXT_RANKS}
+EPISODE_CANDIDATES_SQL = {rank: _episode_candidates_sql(rank, "exact") for rank in FULL_TEXT_RANKS}
+FACT_CANDIDATES_TEMPLATE = {rank: _fact_candidates_sql(rank, "hnsw") for rank in FULL_TEXT_RANKS}
+EPISODE_CANDIDATES_TEMPLATE = {rank: _episode_candidates_sql(rank, "hnsw") for rank in FULL_TEXT_RANKS}
 
 # An entity's facts are read up to $11 rows, in index order, then ranked: ranking every fact
 # that names a common entity cost 15-55 ms at 100,000 facts (~30 us a row: the heap, then the
@@ -392,7 +390,7 @@ class SearchParams:
     now: datetime
     max_lexemes: int
     lexeme_rows: int  # rows read per query lexeme by the idf rank (see _idf)
-    use_scope_index: bool  # False: the exact scan even where the scope has its own index
+    use_scope_index: bool  # False: the exact scan (the shared text) even where the scope has its own index
     hnsw_fetch: int  # the most rows taken from an HNSW scan before re-sorting (see _FETCH)
     horizon_volatile_s: float
     horizon_ephemeral_s: float
@@ -407,14 +405,14 @@ def _rank_args(p: SearchParams) -> tuple[int, ...]:
     return (p.lexeme_rows,) if p.full_text_rank == "idf" else ()
 
 
-def candidates_text(table: str, p: SearchParams) -> tuple[str, bool]:
-    """The candidates statement of `table` for this call, and whether it may search the
-    scope's own index: the scope's own text if it is known to have one, else the shared text."""
-    templates = FACT_CANDIDATES_TEMPLATE if table == "facts" else EPISODE_CANDIDATES_TEMPLATE
+def candidates_text(table: str, p: SearchParams) -> str:
+    """The candidates statement of `table` for this call: the scope's own text (HNSW over its
+    index) if it is known to have an index and may use it, else the shared text (exact scan)."""
     if p.use_scope_index and table in p.own_index_tables:
-        return own_text(templates[p.full_text_rank], p.project_id, p.subject_id), True
+        templates = FACT_CANDIDATES_TEMPLATE if table == "facts" else EPISODE_CANDIDATES_TEMPLATE
+        return own_text(templates[p.full_text_rank], p.project_id, p.subject_id)
     shared = FACT_CANDIDATES_SQL if table == "facts" else EPISODE_CANDIDATES_SQL
-    return shared[p.full_text_rank], False
+    return shared[p.full_text_rank]
 
 
 def _fact_row(r: asyncpg.Record) -> FactRow:
@@ -440,16 +438,14 @@ async def fact_candidates(
 ) -> FactCandidates:
     """Phase 1 and 2 in one statement: the union of vector and full-text top-k, scored
     components for each, plus the scope's facts held in OPEN conflict sets."""
-    sql, use_index = candidates_text("facts", p)
     rows = await conn.fetch(
-        sql,
+        candidates_text("facts", p),
         p.project_id,
         p.subject_id,
         p.vector,
         p.query,
         p.now,
         top_k,
-        use_index,
         p.max_lexemes,
         blocked_limit,
         p.horizon_volatile_s,
@@ -468,15 +464,13 @@ async def episode_candidates(
     conn: asyncpg.Connection, p: SearchParams, vector_k: int, text_k: int
 ) -> EpisodeCandidates:
     """Episode chunks of the scope: the vector top-k, plus the full-text top-k when `text_k` > 0."""
-    sql, use_index = candidates_text("episode_chunks", p)
     rows = await conn.fetch(
-        sql,
+        candidates_text("episode_chunks", p),
         p.project_id,
         p.subject_id,
         p.vector,
         p.query,
         vector_k,
-        use_index,
         p.max_lexemes,
         text_k,
         p.hnsw_fetch,
