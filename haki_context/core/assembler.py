@@ -43,7 +43,7 @@ from .texts import served_excerpt
 DEFAULT_BUDGET = 900
 
 
-@dataclass
+@dataclass(slots=True)
 class _Fact:
     """A fact candidate on its way through the pipeline."""
 
@@ -54,7 +54,7 @@ class _Fact:
     via_entity: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Chunk:
     row: retrieval.ChunkRow
     parts: Components

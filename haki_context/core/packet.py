@@ -1,4 +1,10 @@
-"""What `context` returns: the packet, its items and its trace, as frozen values."""
+"""What `context` returns: the packet, its items and its trace.
+
+The values made once per item (hundreds per call) are slotted dataclasses, not
+frozen ones: a frozen dataclass's `__init__` sets each field through
+`object.__setattr__`, 2.7 us for 13 fields against 0.4 (measured, Python 3.11),
+~1 ms a call over FactRow, Components and TraceDecision. Nothing mutates them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PacketFact:
     id: str
     predicate: str
@@ -24,7 +30,7 @@ class PacketFact:
     via_entity: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Episode:
     event_id: str
     chunk: int
@@ -35,7 +41,7 @@ class Episode:
     tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TraceDecision:
     """One item considered by one call, and what was decided about it."""
 
