@@ -229,16 +229,22 @@ vec AS (SELECT event_id, chunk FROM hnsw_scan ORDER BY d + 0, event_id, chunk LI
 }
 
 
+def _size(table: str, rows_column: str, k: str, most: str) -> str:
+    """The CTE `size`: the scope's rows in `table` (n), the HNSW over-fetch (fetch_rows), and
+    whether the scope has a ready index of its own there (ready)."""
+    return f"""size AS (SELECT s.n, {_FETCH.format(k=k, most=most)} AS fetch_rows, s.ready FROM (
+    SELECT coalesce((SELECT {rows_column} FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
+           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
+               AND subject_id = $2 AND table_name = '{table}' AND ready_at IS NOT NULL) AS ready) s)"""
+
+
 def _fact_candidates_sql(rank: str, plan: str) -> str:
     lexical = FULL_TEXT_RANKS[rank](
         "facts", "f", f"{_TEXT_SCOPE.format(a='f')} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
         "@id", "$6", "$7", "$12",
     )
     return f"""
-WITH size AS (SELECT s.n, {_FETCH.format(k="$6", most="$11")} AS fetch_rows, s.ready FROM (
-    SELECT coalesce((SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
-           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
-               AND subject_id = $2 AND table_name = 'facts' AND ready_at IS NOT NULL) AS ready) s),
+WITH {_size("facts", "fact_rows", k="$6", most="$11")},
 {lexical.ctes}
 {_FACT_VECTOR[plan]}
 fts AS ({lexical.top}),
@@ -269,10 +275,7 @@ def _episode_candidates_sql(rank: str, plan: str) -> str:
         "episode_chunks", "c", _TEXT_SCOPE.format(a="c"), "@event_id, @chunk", "$7", "$6", "$9"
     )
     return f"""
-WITH size AS (SELECT s.n, {_FETCH.format(k="$5", most="$8")} AS fetch_rows, s.ready FROM (
-    SELECT coalesce((SELECT chunk_rows FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
-           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
-               AND subject_id = $2 AND table_name = 'episode_chunks' AND ready_at IS NOT NULL) AS ready) s),
+WITH {_size("episode_chunks", "chunk_rows", k="$5", most="$8")},
 {lexical.ctes}
 {_CHUNK_VECTOR[plan]}
 fts AS ({lexical.top}),
