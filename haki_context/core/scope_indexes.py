@@ -7,7 +7,9 @@ index-scopes`. Until the build is done the scope keeps the exact scan, so a
 build in progress (or a failed one) costs speed, never results.
 
 The same pass keeps each indexed scope's list of common lexemes (db/scope_lexemes.py)
-fresh, for the idf full-text rank.
+fresh, for the idf full-text rank. `OwnIndexHints` remembers, per server, which
+scopes a statement last reported with an index, to pick the statement text that
+can use it.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ async def build_pending(
         finally:
             await db_scope_indexes.reset_builder(conn)
             await db_scope_indexes.unlock(conn)
-
 
 
 class OwnIndexHints:
