@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import GraphQLClient, client_for, make_settings
 
+from haki_context.core.limits import try_parse_id
 from haki_context.core.runtime import Runtime
 
 RECORD = "mutation($input: EventInput!) { recordEvent(input: $input) { id } }"
@@ -261,6 +262,18 @@ async def test_malformed_ids_are_invalid_input(client: GraphQLClient, subject: s
 async def test_reads_by_malformed_id_are_null_not_errors(client: GraphQLClient) -> None:
     data = await client.execute('{ fact(id: "nope") { id } event(id: "x") { id } }')
     assert data == {"fact": None, "event": None}
+
+
+def test_an_id_reads_as_python_s_uuid_does_in_any_form() -> None:
+    u = str(uuid.uuid4())
+    forms = [u, u.upper(), "{" + u + "}", "urn:uuid:" + u, u.replace("-", ""), u + "\n", " " + u, u[:-1] + "g",
+             "nope", ""]
+    for raw in forms:
+        try:
+            expected: str | None = str(uuid.UUID(raw))
+        except ValueError:
+            expected = None
+        assert try_parse_id(raw) == expected, raw
 
 
 # ---------------------------------------------------------------- body size

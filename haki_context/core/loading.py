@@ -27,12 +27,13 @@ async def by_id(
 
     Malformed ids, unknown ids and other projects' ids all answer None.
     """
-    valid = sorted({p for p in (try_parse_id(i) for i in ids) if p is not None})
+    parsed = {i: try_parse_id(i) for i in ids}
+    valid = sorted({p for p in parsed.values() if p is not None})
     if not valid:
         return [None] * len(ids)
     async with rt.pool.acquire() as conn:
         found = dict(zip(valid, convert(await fetch(conn, project_id, valid))))
-    return [found.get(try_parse_id(i) or "") for i in ids]
+    return [found.get(parsed[i] or "") for i in ids]
 
 
 async def events_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[Event | None]:

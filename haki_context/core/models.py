@@ -80,7 +80,7 @@ class Event:
     excerpt: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a debugging selection loads one per decision (see core/packet.py)
 class Fact:
     id: str
     subject_id: str
