@@ -56,7 +56,7 @@ def _plain_leaf(field_def: GraphQLField) -> _PlainLeaf:
 
 
 class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
-    """Strawberry's execution context with a short path for plain leaf fields."""
+    """Strawberry's execution context with a short path for plain leaf fields, alone or an object's."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
