@@ -294,17 +294,13 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def own_text(template: str, project_id: str, subject_id: str) -> str:
-    """A scope's own candidates statement: the HNSW template naming the scope with constants."""
-    return template.replace(_PROJECT, _literal(project_id)).replace(_SUBJECT, _literal(subject_id))
-
-
-# By rank: the shared texts (exact scan, the scope as parameters), and the templates of the
-# scopes' own texts (HNSW, the scope marked for own_text).
-FACT_CANDIDATES_SQL = {rank: _fact_candidates_sql(rank, "exact") for rank in FULL_TEXT_RANKS}
-EPISODE_CANDIDATES_SQL = {rank: _episode_candidates_sql(rank, "exact") for rank in FULL_TEXT_RANKS}
-FACT_CANDIDATES_TEMPLATE = {rank: _fact_candidates_sql(rank, "hnsw") for rank in FULL_TEXT_RANKS}
-EPISODE_CANDIDATES_TEMPLATE = {rank: _episode_candidates_sql(rank, "hnsw") for rank in FULL_TEXT_RANKS}
+# By (table, rank): the shared text (exact scan, the scope as parameters), and the template of
+# a scope's own text (HNSW, the scope marked, named by candidates_text).
+_TEXTS = {
+    (table, rank): (build(rank, "exact"), build(rank, "hnsw"))
+    for table, build in (("facts", _fact_candidates_sql), ("episode_chunks", _episode_candidates_sql))
+    for rank in FULL_TEXT_RANKS
+}
 
 # An entity's facts are read up to $11 rows, in index order, then ranked: ranking every fact
 # that names a common entity cost 15-55 ms at 100,000 facts (~30 us a row: the heap, then the
@@ -410,12 +406,12 @@ def _rank_args(p: SearchParams) -> tuple[int, ...]:
 
 def candidates_text(table: str, p: SearchParams) -> str:
     """The candidates statement of `table` for this call: the scope's own text (HNSW over its
-    index) if it is known to have an index and may use it, else the shared text (exact scan)."""
+    index, the scope named with constants) if it is known to have an index and may use it,
+    else the shared text (exact scan)."""
+    shared, own_template = _TEXTS[table, p.full_text_rank]
     if p.use_scope_index and table in p.own_index_tables:
-        templates = FACT_CANDIDATES_TEMPLATE if table == "facts" else EPISODE_CANDIDATES_TEMPLATE
-        return own_text(templates[p.full_text_rank], p.project_id, p.subject_id)
-    shared = FACT_CANDIDATES_SQL if table == "facts" else EPISODE_CANDIDATES_SQL
-    return shared[p.full_text_rank]
+        return own_template.replace(_PROJECT, _literal(p.project_id)).replace(_SUBJECT, _literal(p.subject_id))
+    return shared
 
 
 def _fact_row(r: asyncpg.Record) -> FactRow:
