@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import FULL_SELECTION, assert_fact, context, decisions, record
 
 from haki_context.core import keys
+from haki_context.core.packet import TraceDecision
 from haki_context.core.runtime import Runtime
 from haki_context.db import keys as db_keys
+from haki_context.db import traces as db_traces
 
 TRACE_SELECTION = FULL_SELECTION[FULL_SELECTION.index("trace {") + len("trace") :]
 
@@ -137,3 +141,38 @@ async def test_same_data_and_query_give_the_same_packet(client: GraphQLClient, s
     assert [f["id"] for f in first["facts"]] == [f["id"] for f in second["facts"]]
     assert [e["eventId"] for e in first["episodes"]] == [e["eventId"] for e in second["episodes"]]
     assert first["rendered"] == second["rendered"]
+
+
+async def test_trace_commit_waits_for_the_disk_only_when_durable(
+    runtime: Runtime, client: GraphQLClient, subject: str
+) -> None:
+    await assert_fact(client, subject, "a", "one")
+    async with runtime.pool.acquire() as conn:
+        # The commit happens right after the statement, under the setting in force at its end.
+        await conn.execute(
+            "CREATE TABLE seen_commit_modes (query text, mode text);"
+            " CREATE FUNCTION see_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " INSERT INTO seen_commit_modes SELECT query, current_setting('synchronous_commit') FROM written;"
+            " RETURN NULL; END $$;"
+            " CREATE TRIGGER see_commit_mode AFTER INSERT ON context_traces REFERENCING NEW TABLE AS written"
+            " FOR EACH STATEMENT EXECUTE FUNCTION see_commit_mode()"
+        )
+    durable = client_for(replace(runtime, settings=runtime.settings.model_copy(update={"durable_traces": True})))
+    try:
+        await context(client, subject, "one fast", selection="traceId")
+        await context(durable, subject, "one durable", selection="traceId")
+        async with runtime.pool.acquire() as conn:
+            seen = dict(await conn.fetch("SELECT query, mode FROM seen_commit_modes"))
+            assert seen == {"one fast": "off", "one durable": "on"}
+    finally:
+        await durable.http.aclose()
+        async with runtime.pool.acquire() as conn:
+            await conn.execute(
+                "DROP TRIGGER see_commit_mode ON context_traces; DROP FUNCTION see_commit_mode();"
+                " DROP TABLE seen_commit_modes"
+            )
+
+
+def test_decision_columns_are_the_fields_the_trace_decisions_carry() -> None:
+    # The decisions travel as JSON objects named by TraceDecision's fields.
+    assert set(db_traces._DECISION_COLUMNS) == {f.name for f in fields(TraceDecision)}

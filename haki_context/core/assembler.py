@@ -234,7 +234,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
         decisions=all_decisions,
     )
     async with rt.pool.acquire() as conn:
-        persist_ms = await db_traces.insert(conn, project_id, trace)
+        persist_ms = await db_traces.insert(conn, project_id, trace, durable=s.durable_traces)
     trace = _with_persist_timing(trace, persist_ms)
     return ContextPacket(
         trace_id=trace.id,
