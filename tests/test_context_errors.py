@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from conftest import GraphQLClient
+from contextlib_helpers import assert_fact
+
+from haki_context.core.runtime import Runtime
+from haki_context.db import retrieval
 
 QUERY = "query($s: String!, $q: String!, $b: Int) { context(subjectId: $s, query: $q, budget: $b) { traceId } }"
 
@@ -29,3 +36,31 @@ async def test_subject_outside_1_to_128_characters_is_invalid_input(client: Grap
 async def test_limits_themselves_are_accepted(client: GraphQLClient) -> None:
     data = await client.execute(QUERY, {"s": "s" * 128, "q": "q" * 4000, "b": 100_000})
     assert data["context"]["traceId"]
+
+
+async def test_a_failed_statement_fails_the_call_after_the_others_finish(
+    runtime: Runtime, client: GraphQLClient, subject: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await assert_fact(client, subject, "a", "alpha")
+
+    episode_candidates = retrieval.episode_candidates
+    finished: list[bool] = []
+
+    async def slow_episodes(conn: Any, *args: Any) -> Any:
+        await asyncio.sleep(0.2)  # holding its connection
+        result = await episode_candidates(conn, *args)
+        finished.append(True)
+        return result
+
+    async def refused(*args: Any) -> None:
+        raise RuntimeError("facts refused")  # while the episode statement still runs
+
+    monkeypatch.setattr(retrieval, "fact_candidates", refused)
+    monkeypatch.setattr(retrieval, "episode_candidates", slow_episodes)
+    error = await client.error(QUERY, {"s": subject, "q": "alpha", "b": None})
+    assert error["extensions"]["code"] == "INTERNAL"
+    # The episode statement was awaited before the error left the call: no connection is still busy.
+    assert finished == [True]
+    assert runtime.pool.get_idle_size() == runtime.pool.get_size()
+    async with runtime.pool.acquire() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM context_traces WHERE subject_id = $1", subject) == 0
