@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, record, with_settings
 
+from haki_context.core import assembler
 from haki_context.core.runtime import Runtime
+from haki_context.db import retrieval
 
 
 def _line_tokens(line: str) -> int:
@@ -68,6 +73,37 @@ async def test_multi_hop_expands_once_through_a_shared_entity(runtime: Runtime, 
         ]
         hop = decisions(packet, reasonCode="MULTI_HOP_EXPANSION")
         assert hop[0]["viaEntity"] == "Claire" and hop[0]["decision"] == "INCLUDED"
+    finally:
+        await c.http.aclose()
+
+
+async def test_multi_hop_statement_is_sent_before_the_episodes_are_scored(
+    runtime: Runtime, subject: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It depends on the packed facts only: the episodes' scoring must not delay it.
+    events: list[str] = []
+    multi_hop, score_chunks = retrieval.multi_hop, assembler._chunks
+
+    async def hop(*args: Any) -> Any:
+        events.append("multi-hop sent")
+        return await multi_hop(*args)
+
+    def chunks(*args: Any) -> Any:
+        events.append("episodes scored")
+        return score_chunks(*args)
+
+    monkeypatch.setattr(retrieval, "multi_hop", hop)
+    monkeypatch.setattr(assembler, "_chunks", chunks)
+    c = client_for(with_settings(runtime, retrieval_top_k=1))
+    try:
+        await assert_fact(c, subject, "manager", "Claire runs the office")
+        await assert_fact(c, subject, "colleague", "Claire likes espresso with Bruno")
+        await record(c, subject, ["the office moved"])
+        for _ in range(3):  # whichever statement answers first
+            events.clear()
+            packet = await context(c, subject, "who runs the office")
+            assert decisions(packet, reasonCode="MULTI_HOP_EXPANSION")
+            assert events == ["multi-hop sent", "episodes scored"]
     finally:
         await c.http.aclose()
 

@@ -141,18 +141,10 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
         # 7. Pack facts by decreasing score.
         eligible = [f for f in servable if f.row.id not in gated]
         kept, _over, left = pack(eligible, lambda f: f.tokens, budget)
-        kept_ids = {f.row.id for f in kept}
-        for rank, f in enumerate(servable, start=1):
-            if f.row.id in gated:
-                decision, reason = Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
-            elif f.row.id in kept_ids:
-                decision, reason = Decision.INCLUDED, ReasonCode.TOP_SCORE
-            else:
-                decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
-            decisions.facts.append(_fact_decision(f, rank, decision, reason))
 
         # 8. Multi-hop: one hop through entities of the kept facts, full text only, never gated.
-        # Its statement is sent now; its rows are used after the episodes are scored.
+        # Its statement is sent now (the task runs up to its first wait at the yield below);
+        # its rows are used after the episodes are scored.
         if kept and left > 0 and s.multi_hop_max_entities > 0:
             hop_names = entities((f.row.text for f in kept), query, s.multi_hop_max_entities)
             if hop_names:
@@ -163,6 +155,17 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
                         s.multi_hop_read_rows,
                     )
                 )
+                await asyncio.sleep(0)
+
+        kept_ids = {f.row.id for f in kept}
+        for rank, f in enumerate(servable, start=1):
+            if f.row.id in gated:
+                decision, reason = Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
+            elif f.row.id in kept_ids:
+                decision, reason = Decision.INCLUDED, ReasonCode.TOP_SCORE
+            else:
+                decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
+            decisions.facts.append(_fact_decision(f, rank, decision, reason))
         pack_ms = _ms(t)
 
         episodes = await episodes_task
