@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from conftest import GraphQLClient, client_for
-from contextlib_helpers import FULL_SELECTION, assert_fact, context, decisions, record
+from contextlib_helpers import FULL_SELECTION, assert_fact, context, decisions, record, with_settings
 
 from haki_context.core import keys
 from haki_context.core.packet import TraceDecision
@@ -157,7 +157,7 @@ async def test_trace_commit_waits_for_the_disk_only_when_durable(
             " CREATE TRIGGER see_commit_mode AFTER INSERT ON context_traces REFERENCING NEW TABLE AS written"
             " FOR EACH STATEMENT EXECUTE FUNCTION see_commit_mode()"
         )
-    durable = client_for(replace(runtime, settings=runtime.settings.model_copy(update={"durable_traces": True})))
+    durable = client_for(with_settings(runtime, durable_traces=True))
     try:
         await context(client, subject, "one fast", selection="traceId")
         await context(durable, subject, "one durable", selection="traceId")

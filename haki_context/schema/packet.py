@@ -18,7 +18,10 @@ from .records import EventType, FactType
 @strawberry.type(description="How long each step of a context call took, in milliseconds.")
 class TraceTimings:
     embed_ms: float = strawberry.field(description="Embedding the query (0 when the query cache hit).")
-    retrieve_ms: float = strawberry.field(description="Waiting for the retrieval statements (candidates, episodes, multi-hop), which partly run while the server scores and packs.")
+    retrieve_ms: float = strawberry.field(
+        description="Waiting for the retrieval statements (candidates, episodes, multi-hop), "
+        "which partly run while the server scores and packs."
+    )
     pack_ms: float = strawberry.field(description="Scoring, blocking, gating and packing in the server.")
     persist_ms: float = strawberry.field(
         description="Writing the trace, as the database timed its write statement (commit and round trip not included)."
