@@ -195,7 +195,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", default=None, help="comma-separated subject sizes (default 1000,10000; 100000 opt-in)")
     p.add_argument("--smoke", action="store_true", help="N = 200, a few queries of each kind")
-    p.add_argument("--embedder", choices=["onnx", "minilm", "hashing"], default=Settings().embed_provider.value,
+    p.add_argument("--embedder", choices=["onnx", "onnx-fp32", "minilm", "hashing"], default=Settings().embed_provider.value,
                    help="default: the server's (onnx); hashing: a fast stand-in for smoke runs (it knows no meaning)")
     p.add_argument("--database-url", default=None,
                    help="a PostgreSQL server to use instead of a fresh embedded one (one database per N is "

@@ -740,7 +740,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     p.add_argument("--variant", dest="variants", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
                    help="measure several query-time configurations on one ingestion (repeatable)")
     p.add_argument("--label", default=None, help="names the result files (default: 'defaults' or the --set pairs)")
-    p.add_argument("--embedder", choices=("minilm", "hashing"), help="shorthand for --set embed_provider=...")
+    p.add_argument("--embedder", choices=("onnx-fp32", "minilm", "hashing"), help="shorthand for --set embed_provider=...")
     p.add_argument("--bm25-stop-words", choices=("remove", "keep"), default="remove")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT})")
     p.add_argument("--no-write", action="store_true", help="print only")

@@ -19,7 +19,8 @@ class EmbedProvider(str, Enum):
     """Which embedder turns texts into vectors."""
 
     MINILM = "minilm"  # sentence-transformers all-MiniLM-L6-v2 on torch, loaded offline
-    ONNX = "onnx"  # the same weights as our own fp32 ONNX export, on onnxruntime (same vector space)
+    ONNX = "onnx"  # our int8 ONNX build of the same weights, on onnxruntime (same vector space)
+    ONNX_FP32 = "onnx-fp32"  # our fp32 ONNX export of the same weights, on onnxruntime (same vector space)
     HASHING = "hashing"  # deterministic hashing embedder, for tests that do not judge meaning
 
 
@@ -52,7 +53,9 @@ class Settings(BaseSettings):
     # --- embedder
     embed_provider: EmbedProvider = EmbedProvider.ONNX
     embed_threads: int = 1  # batches (ingestion): a second thread would compete with the database's writes
-    embed_query_threads: int = 2  # a lone query (onnx only): 7.0 vs 8.7-9.1 ms here, the other core being idle
+    # A lone query (onnx only): 1 for int8 (4.30 vs 4.74 ms on 2 in the server); onnx-fp32 gains from 2
+    # (7.0 vs 8.7-9.1 ms), at ~90 MB of RSS for the second session.
+    embed_query_threads: int = 1
     embed_batch_size: int = 64
     model_cache_dir: Path | None = None  # built model files (the ONNX export); None: $XDG_CACHE_HOME/haki-context
     query_cache_size: int = 1024
