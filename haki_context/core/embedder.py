@@ -16,7 +16,7 @@ import re
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -31,6 +31,8 @@ class EmbedderUnavailable(RuntimeError):
 
 # Vectors of one space may share a database; vectors of two spaces never do.
 MINILM_SPACE = "all-MiniLM-L6-v2/384"
+
+OnnxWeights = Literal["int8", "fp32"]  # which of our ONNX builds (core/onnx_export.py) runs
 
 
 class Encoder(Protocol):
@@ -115,7 +117,7 @@ class OnnxMiniLMEncoder:
     space = MINILM_SPACE
 
     def __init__(
-        self, *, model_path: Path, weights: str = "fp32", threads: int = 1, batch_size: int = 64,
+        self, *, model_path: Path, weights: OnnxWeights = "fp32", threads: int = 1, batch_size: int = 64,
         query_threads: int = 1,
     ) -> None:
         try:
@@ -137,7 +139,8 @@ class OnnxMiniLMEncoder:
 
     @classmethod
     def from_cache(
-        cls, cache_dir: Path, *, weights: str = "int8", threads: int = 1, batch_size: int = 64, query_threads: int = 1
+        cls, cache_dir: Path, *, weights: OnnxWeights = "int8", threads: int = 1, batch_size: int = 64,
+        query_threads: int = 1,
     ) -> OnnxMiniLMEncoder:
         """The encoder over the `weights` build kept in `cache_dir`, built there first if it is
         missing (once: ~10 s for the fp32 export, ~5 s more for the int8 build made from it)."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .embedder import Encoder
+    from .embedder import Encoder, OnnxWeights
 
 OPSET = 17
 MIN_COSINE = 0.9999  # an fp32 graph of the same weights: anything less means a broken export
@@ -77,7 +77,7 @@ def int8_path(cache_dir: Path, model_dir: Path) -> Path:
     return cache_dir / f"all-MiniLM-L6-v2-{weights_digest(model_dir)}-int8-b{INT8_BLOCK}-opset{OPSET}.onnx"
 
 
-def ensure(cache_dir: Path, model_dir: Path, weights: str) -> Path:
+def ensure(cache_dir: Path, model_dir: Path, weights: OnnxWeights) -> Path:
     """The path of the `weights` build ("fp32" or "int8") of the model under `model_dir`, kept in
     `cache_dir`; built there first where missing (the int8 one from the fp32 one, so both stay).
 
