@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from conftest import GraphQLClient
 
 from haki_context.core.runtime import Runtime
@@ -171,3 +173,25 @@ async def test_list_payloads_are_stored_as_given(client: GraphQLClient, subject:
     assert read == payloads
     single = (await client.execute(RECORD, {"input": inputs[0]}))["recordEvent"]
     assert (await client.execute(READ, {"id": single["id"]}))["event"]["payload"] == [5]
+
+
+async def test_every_chunk_keeps_its_own_vector_across_embedding_batches(
+    client: GraphQLClient, runtime: Runtime, subject: str
+) -> None:
+    # More chunks than one embedding batch (64), in no order of length: the write embeds them
+    # batched by length, and each must still be stored with the vector of its own text.
+    words = ["apple", "kettle", "harbour", "violin", "glacier", "lantern", "meadow"]
+    inputs = [
+        {"subjectId": subject, "kind": "note", "payload": {"text": " ".join(words[: 1 + (i * 5) % 7]) + f" n{i}"}}
+        for i in range(150)
+    ]
+    events = (await client.execute(RECORD_MANY, {"inputs": inputs}))["recordEvents"]
+    async with runtime.pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT text, embedding FROM episode_chunks WHERE project_id = 'default' AND event_id = ANY($1::uuid[])",
+            [e["id"] for e in events],
+        )
+    assert len(rows) == 150
+    expected = runtime.embedder.encoder.encode([r["text"] for r in rows])
+    for row, vector in zip(rows, expected):
+        assert np.allclose(row["embedding"].to_numpy(), vector, atol=1e-6), row["text"]
