@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # (7.0 vs 8.7-9.1 ms), at ~90 MB of RSS for the second session.
     embed_query_threads: int = 1
     embed_batch_size: int = 64
-    model_cache_dir: Path | None = None  # built model files (the ONNX export); None: $XDG_CACHE_HOME/haki-context
+    model_cache_dir: Path | None = None  # built model files (the ONNX builds); None: $XDG_CACHE_HOME/haki-context
     query_cache_size: int = 1024
 
     # --- GraphQL surface limits

@@ -118,8 +118,7 @@ async def get_traces(conn: asyncpg.Connection, project_id: str, ids: list[str]) 
 async def decisions_for(conn: asyncpg.Connection, project_id: str, trace_ids: list[str]) -> list[asyncpg.Record]:
     """Decision rows of many traces in one query, by trace then in the order they were written."""
     return await conn.fetch(
-        "SELECT trace_id, item_kind, item_id, chunk, decision, reason_code, rank, score, similarity,"
-        " full_text, recency, distance, tokens, via_entity FROM trace_decisions"
+        f"SELECT trace_id, {', '.join(_DECISION_FIELDS)} FROM trace_decisions"
         " WHERE project_id = $1 AND trace_id = ANY($2::uuid[]) ORDER BY trace_id, ord",
         project_id,
         trace_ids,
