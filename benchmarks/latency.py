@@ -9,7 +9,8 @@ For each N (default 1,000 and 10,000; `--n 100000` opt-in), in one run:
    with COPY (see benchmarks/latency_seed.py). The subject's texts are
    embedded once with the real embedder and cached in benchmarks/cache/;
 2. (a) `assemble(rt, project, subject, query, 900)` in-process, timed, with the
-   breakdown of its trace timings (embed / retrieve / pack / persist / total);
+   breakdown of its trace timings (embed / retrieve / pack / persist / total),
+   then a few calls each after 2 s of idleness (an agent calling now and then);
 3. (d) our fact-candidate SQL (`retrieval.fact_candidates`, with the
    SearchParams the assembler builds) beside the naive baseline (the full
    hybrid score over every active fact of the subject in one statement, ORDER
@@ -178,6 +179,8 @@ class Config:
     warmup: int = 10
     ingest: int = 1000
     ingest_batch: int = 200
+    idle_calls: int = 10  # (a) calls each after idle_s seconds of idleness
+    idle_s: float = 2.0
     budget: int = 900
     sigma: float = 0.01
     maintenance_work_mem: str = "1GB"
@@ -209,6 +212,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls before each timed phase (10)")
     p.add_argument("--ingest", type=int, default=None, help="events recorded through recordEvents per N (1000)")
     p.add_argument("--ingest-batch", type=int, default=200)
+    p.add_argument("--idle-calls", type=int, default=None, help="in-process calls each after --idle s idle (10)")
+    p.add_argument("--idle", type=float, default=None, help="seconds idle before each of those calls (2)")
     p.add_argument("--budget", type=int, default=900)
     p.add_argument("--sigma", type=float, default=0.01, help="gaussian noise per dimension of the copies' vectors")
     p.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW rebuild after the load")
@@ -222,8 +227,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     a = p.parse_args(argv)
     smoke = a.smoke
     defaults = dict(queries=6, http_queries=6, debug_queries=4, concurrent_calls=16, sql_pairs=6, warmup=2,
-                    ingest=100) if smoke else dict(queries=200, http_queries=200, debug_queries=100,
-                                                   concurrent_calls=320, sql_pairs=100, warmup=10, ingest=1000)
+                    ingest=100, idle_calls=2) if smoke else dict(queries=200, http_queries=200, debug_queries=100,
+                                                                 concurrent_calls=320, sql_pairs=100, warmup=10,
+                                                                 ingest=1000, idle_calls=10)
 
     def pick(name: str) -> int:
         value = getattr(a, name)
@@ -240,7 +246,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         ns=ns, embedder=a.embedder, database_url=a.database_url, queries=pick("queries"),
         http_queries=pick("http_queries"), debug_queries=pick("debug_queries"), concurrency=a.concurrency,
         concurrent_calls=pick("concurrent_calls"), sql_pairs=pick("sql_pairs"), warmup=pick("warmup"),
-        ingest=pick("ingest"), ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
+        ingest=pick("ingest"), idle_calls=pick("idle_calls"),
+        idle_s=a.idle if a.idle is not None else (0.2 if smoke else 2.0), ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
         budget=a.budget, sigma=a.sigma, maintenance_work_mem=a.maintenance_work_mem, cache_dir=a.cache_dir,
         out=a.out, overrides=overrides, smoke=smoke, keep=a.keep, reuse=a.reuse, argv=list(sys.argv if argv is None else argv),
     )
@@ -371,8 +378,16 @@ async def measure_in_process(rt: Runtime, cfg: Config, qs: Questions) -> dict[st
         episodes.append(len(packet.episodes))
         decisions.append(len(packet.trace.decisions or ()))
     hits, misses = rt.embedder.cache_hits - hits, rt.embedder.cache_misses - misses
+    # What an agent calling now and then meets: each call after the process sat idle.
+    after_idle = []
+    for q in qs.take(cfg.idle_calls):
+        await asyncio.sleep(cfg.idle_s)
+        t = time.perf_counter()
+        await assemble(rt, PROJECT, SUBJECT, q, cfg.budget)
+        after_idle.append(_ms(t))
     return {
         "latency_ms": dist(client),
+        "after_idle_ms": {**dist(after_idle), "idle_s": cfg.idle_s},
         "breakdown_ms": {k: dist(v) for k, v in parts.items()},
         "outside_trace_ms": dist([c - t for c, t in zip(client, parts["total"])]),
         "facts_served_mean": float(np.mean(facts)),

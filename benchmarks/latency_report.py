@@ -10,7 +10,7 @@ from typing import Any
 RUN_FIGURES = [
     *(f"in_process.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     *(f"in_process.breakdown_ms.{k}.p50" for k in ("embed", "retrieve", "pack", "persist", "total")),
-    "in_process.query_cache.hit_rate",
+    "in_process.query_cache.hit_rate", "in_process.after_idle_ms.p50",
     *(f"http.agent.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     *(f"http.agent_httpx.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     "http.agent.overhead_ms.p50", "http.agent.query_cache_inferred.hit_rate",
@@ -67,6 +67,8 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
         out.append((label, [fn(r) for r in result["runs"]]))
 
     add("(a) in-process `assemble`, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "in_process.latency_ms")))
+    add("(a) the same, each call after idle (s), p50 / p95 / p99 ms",
+        lambda r: _ppp(get(r, "in_process.after_idle_ms")) + f" ({_f(get(r, 'in_process.after_idle_ms.idle_s'))} s)")
     add("(b) HTTP, 1 client, agent selection, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "http.agent.latency_ms")))
     add("(b) the same through httpx, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "http.agent_httpx.latency_ms")))
     add("(b) HTTP, 1 client, debugging selection, p50 / p95 / p99 ms",

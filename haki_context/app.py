@@ -162,6 +162,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
             dsn,
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
+            idle_lifetime_s=settings.pool_idle_lifetime_s,
             statement_timeout_ms=settings.statement_timeout_ms,
             hnsw_ef_search=settings.hnsw_ef_search,
             hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,

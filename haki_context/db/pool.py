@@ -48,6 +48,7 @@ async def create_pool(
     *,
     min_size: int = 1,
     max_size: int = 10,
+    idle_lifetime_s: float = 0.0,
     statement_timeout_ms: int = 10_000,
     hnsw_ef_search: int = 100,
     hnsw_max_scan_tuples: int = 50_000,
@@ -57,6 +58,10 @@ async def create_pool(
     `hnsw.iterative_scan = relaxed_order` makes a scope-filtered HNSW scan keep
     going until it has enough rows (without it pgvector silently returns ~4 of
     64); results are re-sorted by distance in the statement.
+
+    `idle_lifetime_s`: how long an idle connection lives, 0 for as long as the
+    pool (asyncpg's own default, 300 s, closes every idle connection, `min_size`
+    included: the next call then opens new ones and plans its statements anew).
 
     `plan_cache_mode = auto` (PostgreSQL's default, said here because the
     retrieval statements are written for it): a prepared statement is planned for
@@ -74,7 +79,7 @@ async def create_pool(
         init=init_connection,
         reset=keep_session,
         timeout=5.0,  # connecting: a database that is down is answered fast, never waited on
-        max_inactive_connection_lifetime=300,
+        max_inactive_connection_lifetime=idle_lifetime_s,
         server_settings={
             "application_name": "haki-context",
             "statement_timeout": str(statement_timeout_ms),
