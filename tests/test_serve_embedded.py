@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 from haki_context.db import embedded
@@ -73,6 +74,8 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
             log = _stop(first)
         assert "embedded PostgreSQL started" in log
         assert not embedded.is_running(data_dir), "Ctrl-C left the embedded PostgreSQL running"
+        # autoprewarm saved the buffers' page list at shutdown, for the next start to read back
+        assert (embedded.pgdata_dir(data_dir) / "autoprewarm.blocks").stat().st_size > 0
 
         second = _serve(data_dir, port)
         try:
@@ -84,3 +87,12 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
         assert not embedded.is_running(data_dir)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def test_embedded_server_runs_autoprewarm(pg_uri: str) -> None:
+    conn = await asyncpg.connect(pg_uri)
+    try:
+        assert await conn.fetchval("SHOW shared_preload_libraries") == "pg_prewarm"
+        assert await conn.fetchval("SHOW pg_prewarm.autoprewarm") == "on"  # defined only when loaded
+    finally:
+        await conn.close()
