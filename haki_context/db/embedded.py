@@ -85,9 +85,9 @@ def _settings() -> dict[str, str]:
         # autoprewarm: the buffers' page list is saved every 300 s and at shutdown, and read back
         # in the background after a start, so a restart does not leave every large scope cold.
         # Measured at 100,000 facts, PostgreSQL restarted with the OS page cache dropped, 60
-        # distinct calls (twice each): without it, median 59 / 62 ms, the first ten 222 / 237 ms
-        # (up to 813); with it, 27 / 27 ms, the first ten 33 / 33 ms
-        # (benchmarks/results/restart-autoprewarm-2026-12-04.json).
+        # distinct calls, twice each (`python -m benchmarks.restart`): median 65 / 72 ms without
+        # it, the first ten 227 / 161 ms; 24 / 26 ms with it, the first ten 34 / 38 ms. The first
+        # two calls straight after the start take 0.3-1.2 s either way.
         "shared_preload_libraries": "pg_prewarm",
     }
 
