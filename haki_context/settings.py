@@ -47,11 +47,11 @@ class Settings(BaseSettings):
     introspection: bool = True
     pool_min_size: int = 2  # a call's two candidates statements run at once
     pool_max_size: int = 10
-    # Seconds an idle pooled connection lives (0 = until the server stops). A call on new
-    # connections pays their start and five custom plans per statement: 46 ms against 19.6 at
-    # 10,000 facts, in-process. asyncpg's default (300) closes every idle connection, the
-    # pool's minimum included, so an agent calling every five minutes or less often paid it
-    # on every call.
+    # Seconds an idle pooled connection lives (0 = until the server stops). asyncpg's default
+    # (300) closes every connection idle that long beyond the pool's minimum (then 1), so an
+    # agent calling every five minutes or less often opened a connection for one of its two
+    # concurrent statements and planned its statements anew there on every call: 43.1 against
+    # 25.3 ms p50 at 10,000 facts (benchmarks/idle.py).
     pool_idle_lifetime_s: float = 0.0
     statement_timeout_ms: int = 10_000
     max_body_bytes: int = 64 * 1024 * 1024

@@ -60,8 +60,8 @@ async def create_pool(
     64); results are re-sorted by distance in the statement.
 
     `idle_lifetime_s`: how long an idle connection lives, 0 for as long as the
-    pool (asyncpg's own default, 300 s, closes every idle connection, `min_size`
-    included: the next call then opens new ones and plans its statements anew).
+    pool (asyncpg's own default, 300 s, closes every idle connection beyond
+    `min_size`: the next call then opens one and plans its statements anew).
 
     `plan_cache_mode = auto` (PostgreSQL's default, said here because the
     retrieval statements are written for it): a prepared statement is planned for
