@@ -55,3 +55,19 @@ async def test_connections_idle_past_the_setting_are_closed_down_to_the_minimum(
         assert runtime.pool.get_size() == 3
         await asyncio.sleep(1.0)
         assert runtime.pool.get_size() == 1
+
+
+async def test_start_plans_the_retrieval_statements_without_running_them(migrated: str) -> None:
+    runtime, stack = await open_runtime(make_settings(migrated, scope_index_interval_s=0))
+    async with stack:
+        conns = [await runtime.pool.acquire() for _ in range(runtime.settings.pool_min_size)]
+        try:
+            for conn in conns:
+                prepared = [r["statement"] for r in await conn.fetch("SELECT statement FROM pg_prepared_statements")]
+                # facts, episodes, multi-hop: explained on every connection, none of them run yet, so
+                # their own plan cache starts from nothing
+                assert sum(text.startswith("EXPLAIN") for text in prepared) == 3
+                assert not any(text.lstrip().startswith(("WITH size AS", "SELECT e.entity")) for text in prepared)
+        finally:
+            for conn in conns:
+                await runtime.pool.release(conn)

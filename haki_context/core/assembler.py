@@ -18,11 +18,13 @@ import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
+import asyncpg
 import numpy as np
 
 from ..db import retrieval
 from ..db import traces as db_traces
 from ..settings import Settings
+from .embedder import DIMENSIONS
 from .entities import entities, names, query_words
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
@@ -312,6 +314,22 @@ def search_params(
         full_text_rank=s.full_text_rank,
         own_index_tables=own_index_tables,
     )
+
+
+async def warm_connections(pool: asyncpg.Pool, s: Settings, n: int) -> None:
+    """Plan the retrieval statements on `n` pooled connections (db/retrieval.warm), held at once
+    so that they are `n` different ones: the first calls after a start then find them planned."""
+    vector = np.full(DIMENSIONS, DIMENSIONS**-0.5, dtype=np.float32)  # any unit vector
+    params = search_params(s, "", "", vector, "warm up", datetime.now(timezone.utc))
+    conns = []
+    try:
+        for _ in range(n):
+            conns.append(await pool.acquire())
+        for conn in conns:
+            await retrieval.warm(conn, params)
+    finally:
+        for conn in conns:
+            await pool.release(conn)
 
 
 async def _with_conn(rt: Runtime, fn, *args):  # type: ignore[no-untyped-def]
