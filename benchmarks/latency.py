@@ -213,7 +213,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--ingest", type=int, default=None, help="events recorded through recordEvents per N (1000)")
     p.add_argument("--ingest-batch", type=int, default=200)
     p.add_argument("--idle-calls", type=int, default=None, help="in-process calls each after --idle s idle (10)")
-    p.add_argument("--idle", type=float, default=None, help="seconds idle before each of those calls (2)")
+    p.add_argument("--idle", type=float, default=None, help="seconds idle before each of those calls (2; smoke 0.2)")
     p.add_argument("--budget", type=int, default=900)
     p.add_argument("--sigma", type=float, default=0.01, help="gaussian noise per dimension of the copies' vectors")
     p.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW rebuild after the load")
@@ -227,11 +227,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     a = p.parse_args(argv)
     smoke = a.smoke
     defaults = dict(queries=6, http_queries=6, debug_queries=4, concurrent_calls=16, sql_pairs=6, warmup=2,
-                    ingest=100, idle_calls=2) if smoke else dict(queries=200, http_queries=200, debug_queries=100,
-                                                                 concurrent_calls=320, sql_pairs=100, warmup=10,
-                                                                 ingest=1000, idle_calls=10)
+                    ingest=100, idle_calls=2, idle=0.2) if smoke else dict(queries=200, http_queries=200,
+                                                                           debug_queries=100, concurrent_calls=320,
+                                                                           sql_pairs=100, warmup=10, ingest=1000,
+                                                                           idle_calls=10, idle=2.0)
 
-    def pick(name: str) -> int:
+    def pick(name: str) -> Any:
         value = getattr(a, name)
         return defaults[name] if value is None else value
 
@@ -246,8 +247,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         ns=ns, embedder=a.embedder, database_url=a.database_url, queries=pick("queries"),
         http_queries=pick("http_queries"), debug_queries=pick("debug_queries"), concurrency=a.concurrency,
         concurrent_calls=pick("concurrent_calls"), sql_pairs=pick("sql_pairs"), warmup=pick("warmup"),
-        ingest=pick("ingest"), idle_calls=pick("idle_calls"),
-        idle_s=a.idle if a.idle is not None else (0.2 if smoke else 2.0), ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
+        ingest=pick("ingest"), idle_calls=pick("idle_calls"), idle_s=pick("idle"), ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
         budget=a.budget, sigma=a.sigma, maintenance_work_mem=a.maintenance_work_mem, cache_dir=a.cache_dir,
         out=a.out, overrides=overrides, smoke=smoke, keep=a.keep, reuse=a.reuse, argv=list(sys.argv if argv is None else argv),
     )

@@ -74,22 +74,11 @@ async def _calls(dsn: str, questions: Any, n: int, budget: int) -> list[float]:
     return times
 
 
-async def _set_preload(admin_dsn: str, on: bool) -> str:
-    conn = await asyncpg.connect(admin_dsn)
+async def _admin(dsn: str, sql: str) -> object:
+    """One statement on a connection of its own (the server restarts between them)."""
+    conn = await asyncpg.connect(dsn)
     try:
-        if on:
-            await conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_prewarm'")
-        else:
-            await conn.execute("ALTER SYSTEM RESET shared_preload_libraries")
-    finally:
-        await conn.close()
-    return "pg_prewarm" if on else ""
-
-
-async def _preload_now(admin_dsn: str) -> str:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        return str(await conn.fetchval("SHOW shared_preload_libraries"))
+        return await conn.fetchval(sql)
     finally:
         await conn.close()
 
@@ -101,9 +90,10 @@ def measure(data_dir: Path, database: str, modes: list[str], warm: int, calls: i
     questions = latency_texts.questions(seed=9191)
     runs = []
     for mode in modes:
-        asyncio.run(_set_preload(admin, mode == "on"))
+        asyncio.run(_admin(admin, "ALTER SYSTEM SET shared_preload_libraries = 'pg_prewarm'" if mode == "on"
+                           else "ALTER SYSTEM RESET shared_preload_libraries"))
         _pg_ctl(pgdata, ["-w", "-m", "fast", "restart"])
-        preload = asyncio.run(_preload_now(admin))
+        preload = asyncio.run(_admin(admin, "SHOW shared_preload_libraries"))
         asyncio.run(_calls(dsn, questions, warm, budget))
         _pg_ctl(pgdata, ["-w", "-m", "fast", "stop"])  # autoprewarm, when loaded, saves its list here
         dropped = _drop_os_cache()

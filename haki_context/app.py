@@ -174,7 +174,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         stack.callback(embedder.close)
         await check_embedding_space(pool, embedder)
         await embedder.embed_query("warm up")  # the first encode pays one-off costs
-        await warm_connections(pool, settings, settings.pool_min_size)  # and the first plans
+        await warm_connections(pool, settings)  # and the first plans
         log.info("embedder ready: %s", embedder.name)
         return Runtime(pool=pool, embedder=embedder, settings=settings), stack
     except BaseException:

