@@ -66,6 +66,11 @@ async def test_a_scope_past_the_threshold_gets_its_own_index_once(scoped: Runtim
     for table in scope_indexes.TABLES:
         assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "big")) is True
         assert await _index_state(scoped, scope_indexes.index_name(table, PROJECT, "small")) is None
+        async with scoped.pool.acquire() as conn:  # the graph the retrieval's settings were measured with
+            options = await conn.fetchval(
+                "SELECT reloptions FROM pg_class WHERE relname = $1", scope_indexes.index_name(table, PROJECT, "big")
+            )
+        assert sorted(options) == [f"ef_construction={scope_indexes.HNSW_EF_CONSTRUCTION}", f"m={scope_indexes.HNSW_M}"]
     assert await build_pending(scoped.pool, MIN_ROWS) == []  # nothing left to build
     async with scoped.pool.acquire() as conn:
         assert {t for _, t, _ in await scope_indexes.ready(conn, PROJECT)} == set(scope_indexes.TABLES)
