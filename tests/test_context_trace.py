@@ -101,6 +101,7 @@ async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
             "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }", {"s": subject}
         )
         assert error["extensions"]["code"] == "INTERNAL"
+        assert error["path"] == ["context"]
         async with runtime.pool.acquire() as conn:
             assert await conn.fetchval("SELECT count(*) FROM trace_decisions") == before
             assert await conn.fetchval("SELECT count(*) FROM context_traces WHERE query = 'one refused'") == 0
@@ -109,6 +110,34 @@ async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
         async with runtime.pool.acquire() as conn:
             await conn.execute("DROP TRIGGER refuse_trace ON context_traces")
             await conn.execute("DROP FUNCTION refuse_trace()")
+
+
+async def test_the_response_waits_for_a_slow_trace_write(runtime: Runtime, client: GraphQLClient, subject: str) -> None:
+    # The packet is serialized while its trace is written; the response leaves only after the commit.
+    await assert_fact(client, subject, "a", "one")
+    async with runtime.pool.acquire() as conn:
+        await conn.execute(
+            "CREATE FUNCTION slow_trace() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            " IF NEW.query = 'one slowly' THEN PERFORM pg_sleep(0.3); END IF; RETURN NEW; END $$"
+        )
+        await conn.execute(
+            "CREATE TRIGGER slow_trace BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION slow_trace()"
+        )
+    try:
+        timed = "traceId trace { id timings { persistMs totalMs } }"
+        body = await client.execute(
+            "query($s: String!) { a: context(subjectId: $s, query: \"one slowly\") { traceId rendered }"
+            f" b: context(subjectId: $s, query: \"one\") {{ {timed} }} }}",
+            {"s": subject},
+        )
+        query = "query($id: ID!) { trace(id: $id) { id timings { persistMs totalMs } } }"
+        assert (await client.execute(query, {"id": body["a"]["traceId"]}))["trace"] is not None  # committed
+        stored = await client.execute(query, {"id": body["b"]["traceId"]})
+        assert stored["trace"] == body["b"]["trace"]  # with the timings the response gave
+    finally:
+        async with runtime.pool.acquire() as conn:
+            await conn.execute("DROP TRIGGER slow_trace ON context_traces")
+            await conn.execute("DROP FUNCTION slow_trace()")
 
 
 async def test_trace_of_another_project_is_null(runtime: Runtime, client: GraphQLClient, subject: str) -> None:

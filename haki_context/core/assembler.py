@@ -79,8 +79,28 @@ class _Decisions:
         return tuple(self.facts + self.multi_hop + self.blocked + self.episodes)
 
 
+@dataclass(frozen=True)
+class Assembly:
+    """A context packet whose trace is being written. `written` ends with the write's duration
+    (ms) once its transaction has committed, or with the write's error: the packet may be
+    served only after it ended well (a packet is never served without its trace)."""
+
+    packet: ContextPacket  # its trace's persist_ms is 0 and total_ms lacks the write: see with_write
+    written: asyncio.Future[float]
+
+
 async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None) -> ContextPacket:
     """Assemble the context packet for one subject, and persist its trace before returning it."""
+    assembly = await start_assembly(rt, project_id, subject_id, query, budget)
+    return with_write(assembly.packet, await assembly.written)
+
+
+async def start_assembly(
+    rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None
+) -> Assembly:
+    """Assemble the context packet for one subject and send its trace write, without waiting
+    for it: the caller does other work (a GraphQL response's serialization) meanwhile, and
+    awaits `written` before it serves the packet."""
     s = rt.settings
     started = time.perf_counter()
 
@@ -243,7 +263,8 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     rendered = render([f.line for f in kept] + [f.line for f in hopped] + [c.line for c in kept_chunks])
     pack_ms += _ms(t)
 
-    # 11. The trace, persisted before the response returns.
+    # 11. The trace: its write is sent now, and the packet is served only once it has committed
+    # (`assemble` waits for it; the GraphQL layer serializes the response meanwhile).
     all_decisions = decisions.all()
     trace = ContextTrace(
         id=str(uuid.uuid4()),
@@ -262,10 +283,11 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
         episodes_served=len(episodes),
         decisions=all_decisions,
     )
-    async with rt.pool.acquire() as conn:
-        persist_ms = await db_traces.insert(conn, project_id, trace, durable=s.durable_traces)
-    trace = _with_persist_timing(trace, persist_ms)
-    return ContextPacket(
+    written = asyncio.ensure_future(_write(rt, project_id, trace))
+    # Observed even when no one awaits it (a request cancelled meanwhile): no "never retrieved" log.
+    written.add_done_callback(lambda w: w.cancelled() or w.exception())
+    await asyncio.sleep(0)  # the write runs up to its first wait: its statement is on the wire
+    packet = ContextPacket(
         trace_id=trace.id,
         facts=packet_facts,
         episodes=episodes,
@@ -277,6 +299,17 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
         rendered=rendered,
         trace=trace,
     )
+    return Assembly(packet, written)
+
+
+def with_write(packet: ContextPacket, persist_ms: float) -> ContextPacket:
+    """`packet` with its trace's timings completed by the write's duration."""
+    return replace(packet, trace=replace(packet.trace, timings=written_timings(packet.trace.timings, persist_ms)))
+
+
+def written_timings(timings: TraceTimings, persist_ms: float) -> TraceTimings:
+    """A trace's timings once its write took `persist_ms` (total_ms includes it, as stored)."""
+    return replace(timings, persist_ms=persist_ms, total_ms=timings.total_ms + persist_ms)
 
 
 # --- helpers, in the order the pipeline uses them
@@ -330,6 +363,11 @@ async def warm_connections(pool: asyncpg.Pool, s: Settings) -> None:
     finally:
         for conn in conns:
             await pool.release(conn)
+
+
+async def _write(rt: Runtime, project_id: str, trace: ContextTrace) -> float:
+    async with rt.pool.acquire() as conn:
+        return await db_traces.insert(conn, project_id, trace, durable=rt.settings.durable_traces)
 
 
 async def _with_conn(rt: Runtime, fn, *args):  # type: ignore[no-untyped-def]
@@ -467,8 +505,3 @@ def _reason_counts(decisions: tuple[TraceDecision, ...]) -> dict[ReasonCode, int
     for d in decisions:
         counts[d.reason_code] += 1
     return counts
-
-
-def _with_persist_timing(trace: ContextTrace, persist_ms: float) -> ContextTrace:
-    timings = replace(trace.timings, persist_ms=persist_ms, total_ms=trace.timings.total_ms + persist_ms)
-    return replace(trace, timings=timings)

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 from ..core.runtime import Runtime
 from .loaders import Loaders, build_loaders
+
+
+@dataclass(frozen=True)
+class TraceWrite:
+    """A trace this request's `context` field started writing, and where that field answers."""
+
+    path: tuple[str | int, ...]
+    written: asyncio.Future[float]
 
 
 @dataclass(frozen=True)
@@ -15,6 +24,8 @@ class RequestContext:
     rt: Runtime
     project_id: str
     loaders: Loaders
+    # By trace id: writes the response waits for (schema.writes.AwaitTraceWrites).
+    trace_writes: dict[str, TraceWrite] = field(default_factory=dict)
 
 
 def build_context(rt: Runtime, project_id: str) -> RequestContext:

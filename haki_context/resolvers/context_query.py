@@ -6,15 +6,29 @@ from datetime import datetime
 
 from ..core import assembler, traces
 from ..core.models import ItemKind, Page
-from ..core.packet import ContextPacket, ContextTrace, TraceDecision
-from .context import RequestContext
+from ..core.packet import ContextPacket, ContextTrace, TraceDecision, TraceTimings
+from .context import RequestContext, TraceWrite
 
 
-async def context(ctx: RequestContext, subject_id: str, query: str, budget: int | None) -> ContextPacket:
-    packet = await assembler.assemble(ctx.rt, ctx.project_id, subject_id, query, budget)
+async def context(
+    ctx: RequestContext, subject_id: str, query: str, budget: int | None, path: tuple[str | int, ...]
+) -> ContextPacket:
+    """The packet, returned while its trace is still being written: the response is held until
+    the write has committed (schema.writes.AwaitTraceWrites), and serialized meanwhile."""
+    assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget)
+    packet = assembly.packet
+    ctx.trace_writes[packet.trace.id] = TraceWrite(path, assembly.written)
     # The decisions are in hand: a later `trace.decisions` of this request needs no query.
     ctx.loaders.decisions.prime(packet.trace.id, list(packet.trace.decisions or ()))
     return packet
+
+
+async def timings(ctx: RequestContext, trace: ContextTrace) -> TraceTimings:
+    """A trace's timings; for a trace this request is writing, once the write has committed."""
+    write = ctx.trace_writes.get(trace.id)
+    if write is None:
+        return trace.timings
+    return assembler.written_timings(trace.timings, await write.written)
 
 
 async def trace(ctx: RequestContext, id: str) -> ContextTrace | None:

@@ -23,6 +23,7 @@ from .limits import context_field_limit
 from .mutation import Mutation
 from .query import Query
 from .scalars import DateTime
+from .writes import AwaitTraceWrites
 
 
 class HakiSchema(strawberry.Schema):
@@ -57,6 +58,7 @@ def build_schema(
         lambda: ValidationCache(maxsize=256),
         lambda: MaxTokensLimiter(max_token_count=max_tokens),
         lambda: AddValidationRules(rules),
+        AwaitTraceWrites,
     ]
     if not introspection:
         extensions.append(DisableIntrospection)

@@ -79,8 +79,11 @@ class ContextTrace:
     empty_reason: EmptyReason | None = strawberry.field(description="NO_RELEVANT_MEMORY when the gate emptied it.")
     warnings: list[str] = strawberry.field(description="Warnings of the packet.")
     created_at: datetime = strawberry.field(description="The call's instant ('now' of every statement).")
-    timings: TraceTimings = strawberry.field(description="Where the time went.")
     counts: DecisionCounts = strawberry.field(description="Decisions by kind.")
+
+    @strawberry.field(description="Where the time went.")
+    async def timings(self, info: strawberry.Info) -> TraceTimings:
+        return await context_query.timings(info.context, self)  # type: ignore[return-value,arg-type]
 
     @strawberry.field(description="One row per fact or episode considered, in rank order; filter by decision.")
     async def decisions(

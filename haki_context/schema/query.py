@@ -19,7 +19,9 @@ class Query:
     async def context(
         self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = 900
     ) -> ContextPacket:
-        return await context_query.context(info.context, subject_id, query, budget)  # type: ignore[return-value]
+        return await context_query.context(  # type: ignore[return-value]
+            info.context, subject_id, query, budget, tuple(info.path.as_list())
+        )
 
     @strawberry.field(
         description="A persisted trace of an earlier context call, by id; null when unknown or outside the caller's project."
