@@ -80,6 +80,29 @@ async def test_stored_timings_are_the_ones_the_call_returned(client: GraphQLClie
     assert stored["trace"] == packet["trace"]
 
 
+async def _hop_memory(client: GraphQLClient, subject: str) -> None:
+    """With retrieval_top_k=1, "who runs the office" keeps the manager and hops through Claire."""
+    await assert_fact(client, subject, "manager", "Claire runs the office")
+    await assert_fact(client, subject, "colleague", "Claire likes espresso with Bruno")
+    await assert_fact(client, subject, "c", "one")
+    await assert_fact(client, subject, "c", "two", mode="CONTEST")  # a blocked pair
+    await record(client, subject, ["the office event", "Claire event"])
+
+
+async def test_a_trace_with_multi_hop_is_stored_as_served(runtime: Runtime, subject: str) -> None:
+    c = client_for(with_settings(runtime, retrieval_top_k=1))
+    try:
+        await _hop_memory(c, subject)
+        packet = await context(c, subject, "who runs the office")
+        kinds = [(d["itemKind"], d["reasonCode"]) for d in packet["trace"]["decisions"]]
+        assert ("FACT", "MULTI_HOP_EXPANSION") in kinds and ("FACT", "CONFLICT_OPEN") in kinds
+        assert ("EPISODE", "TOP_SCORE") in kinds
+        again = await c.execute(f"query($id: ID!) {{ trace(id: $id) {TRACE_SELECTION} }}", {"id": packet["traceId"]})
+        assert again["trace"] == packet["trace"]  # every decision, in the served order
+    finally:
+        await c.http.aclose()
+
+
 async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
     runtime: Runtime, client: GraphQLClient, subject: str
 ) -> None:
@@ -96,17 +119,27 @@ async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
             "CREATE TRIGGER refuse_trace BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION refuse_trace()"
         )
         before = await conn.fetchval("SELECT count(*) FROM trace_decisions")
+    hops = client_for(with_settings(runtime, retrieval_top_k=1))
     try:
         error = await client.error(
             "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }", {"s": subject}
         )
         assert error["extensions"]["code"] == "INTERNAL"
         assert error["path"] == ["context"]
+        # A call with a multi-hop statement too.
+        hop_subject = f"{subject}-hop"
+        await _hop_memory(hops, hop_subject)
+        error = await hops.error(
+            "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }",
+            {"s": hop_subject},
+        )
+        assert error["extensions"]["code"] == "INTERNAL"
         async with runtime.pool.acquire() as conn:
             assert await conn.fetchval("SELECT count(*) FROM trace_decisions") == before
             assert await conn.fetchval("SELECT count(*) FROM context_traces WHERE query = 'one refused'") == 0
         assert (await context(client, subject, "one", selection="traceId"))["traceId"]  # other calls still write
     finally:
+        await hops.http.aclose()
         async with runtime.pool.acquire() as conn:
             await conn.execute("DROP TRIGGER refuse_trace ON context_traces")
             await conn.execute("DROP FUNCTION refuse_trace()")
