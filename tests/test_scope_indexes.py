@@ -108,6 +108,41 @@ async def test_an_interrupted_build_is_dropped_and_rebuilt(scoped: Runtime, scli
     assert await _index_state(scoped, name) is True
 
 
+async def _options(rt: Runtime, name: str) -> list[str] | None:
+    async with rt.pool.acquire() as conn:
+        return await conn.fetchval("SELECT reloptions FROM pg_class WHERE relname = $1", name)
+
+
+async def test_an_index_built_with_other_parameters_is_replaced(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "older", MIN_ROWS + 3, 0)
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["older"]
+    before = await context(sclient, "older", "value about topic 3", budget=300)
+    name = scope_indexes.index_name("facts", PROJECT, "older")
+    async with scoped.pool.acquire() as conn:  # what an earlier version built (m = 32, ef_construction = 128)
+        await conn.execute(f'DROP INDEX "{name}"')
+        await conn.execute(
+            f'CREATE INDEX "{name}" ON facts USING hnsw (embedding vector_cosine_ops) WITH (m = 32, ef_construction = 128)'
+            " WHERE project_id = 'default' AND subject_id = 'older' AND status = 'ACTIVE'"
+        )
+    assert sorted(await _options(scoped, name) or []) == ["ef_construction=128", "m=32"]
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["older"]
+    assert sorted(await _options(scoped, name) or []) == sorted(
+        [f"m={scope_indexes.HNSW_M}", f"ef_construction={scope_indexes.HNSW_EF_CONSTRUCTION}"]
+    )
+    assert await _index_state(scoped, name) is True
+    assert await _index_state(scoped, name + "_next") is None
+    after = await context(sclient, "older", "value about topic 3", budget=300)
+    assert [f["id"] for f in after["facts"]] == [f["id"] for f in before["facts"]] and after["facts"]
+    assert await build_pending(scoped.pool, MIN_ROWS) == []  # nothing left to replace
+
+    # A replacement interrupted after the old index was dropped is finished: the new one is renamed.
+    async with scoped.pool.acquire() as conn:
+        await conn.execute(f'ALTER INDEX "{name}" RENAME TO "{name}_next"')
+        await scope_indexes.rebuild(conn, scope_indexes.Scope(PROJECT, "older", "facts", MIN_ROWS + 3))
+    assert await _index_state(scoped, name) is True
+    assert await _index_state(scoped, name + "_next") is None
+
+
 async def test_one_builder_at_a_time(scoped: Runtime, sclient: GraphQLClient) -> None:
     await _fill(sclient, "waiting", MIN_ROWS, 0)
     async with scoped.pool.acquire() as other:

@@ -30,10 +30,11 @@ log = logging.getLogger(__name__)
 async def build_pending(
     pool: asyncpg.Pool, min_rows: int, *, build_memory: str = "512MB", lexeme_rows: int = 1000, limit: int = 100
 ) -> list[Scope] | None:
-    """Build the indexes of every scope past `min_rows` that lacks one, one at a time, then
-    refresh the stale common-lexeme lists of indexed scopes (lexemes held by `lexeme_rows`+ rows).
+    """Build the indexes of every scope past `min_rows` that lacks one, one at a time, rebuild
+    those built with other parameters (db/scope_indexes.py, HNSW_M), then refresh the stale
+    common-lexeme lists of indexed scopes (lexemes held by `lexeme_rows`+ rows).
 
-    Returns the scopes built, or None when another process holds the builders' lock
+    Returns the scopes built or rebuilt, or None when another process holds the builders' lock
     (several servers share one database: one of them builds).
     """
     async with pool.acquire() as conn:
@@ -48,6 +49,15 @@ async def build_pending(
                 log.info(
                     "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
                     name, scope.project_id, scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
+                )
+                built.append(scope)
+            for scope in await db_scope_indexes.outdated(conn, limit):
+                started = time.perf_counter()
+                name = await db_scope_indexes.rebuild(conn, scope)
+                log.info(
+                    "scope index %s rebuilt with m = %d, ef_construction = %d for %s/%s (%s, %d rows) in %.1f s",
+                    name, db_scope_indexes.HNSW_M, db_scope_indexes.HNSW_EF_CONSTRUCTION, scope.project_id,
+                    scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
                 )
                 built.append(scope)
             for scope in await db_scope_lexemes.stale(conn, lexeme_rows, limit):

@@ -126,19 +126,7 @@ async def build(conn: asyncpg.Connection, scope: Scope) -> str:
     if valid is False:
         await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
     if not valid:
-        ddl = await conn.fetchval(
-            "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I USING hnsw (embedding vector_cosine_ops)"
-            " WITH (m = %s, ef_construction = %s) WHERE project_id = %L AND subject_id = %L', $1::text, $2::text,"
-            " $3::int, $4::int, $5::text, $6::text) || $7::text",
-            name,
-            scope.table,
-            HNSW_M,
-            HNSW_EF_CONSTRUCTION,
-            scope.project_id,
-            scope.subject_id,
-            extra,
-        )
-        await conn.execute(ddl)
+        await conn.execute(await _create_ddl(conn, name, scope, extra))
     await conn.execute(
         "UPDATE scope_vector_indexes SET ready_at = now()"
         " WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
@@ -147,6 +135,76 @@ async def build(conn: asyncpg.Connection, scope: Scope) -> str:
         scope.table,
     )
     return name
+
+
+def _options() -> list[str]:
+    """The reloptions of an index built with the current parameters, sorted."""
+    return sorted([f"m={HNSW_M}", f"ef_construction={HNSW_EF_CONSTRUCTION}"])
+
+
+async def outdated(conn: asyncpg.Connection, limit: int = 100) -> list[Scope]:
+    """Scopes whose READY index was built with other parameters than HNSW_M and
+    HNSW_EF_CONSTRUCTION (by an earlier version), largest first."""
+    rows = await conn.fetch(
+        """
+        SELECT i.project_id, i.subject_id, i.table_name,
+               CASE i.table_name WHEN 'facts' THEN s.fact_rows ELSE s.chunk_rows END AS n
+        FROM scope_vector_indexes i
+        JOIN subjects s ON s.project_id = i.project_id AND s.subject_id = i.subject_id
+        JOIN pg_class c ON c.relname = i.index_name AND c.relnamespace = current_schema()::regnamespace
+        WHERE i.ready_at IS NOT NULL
+          AND coalesce((SELECT array_agg(o ORDER BY o) FROM unnest(c.reloptions) o), '{}') <> $1::text[]
+        ORDER BY n DESC, i.project_id, i.subject_id, i.table_name
+        LIMIT $2
+        """,
+        _options(),
+        limit,
+    )
+    return [Scope(r["project_id"], r["subject_id"], r["table_name"], r["n"]) for r in rows]
+
+
+async def rebuild(conn: asyncpg.Connection, scope: Scope) -> str:
+    """Replace the scope's READY index by one built with the current parameters; returns its name.
+
+    The new index is built beside the old one (CONCURRENTLY, as `build`), then the old one is
+    dropped (CONCURRENTLY) and the new one takes its name, so the scope always has an index
+    of its own to search. Idempotent: after an interruption, a valid replacement is
+    finished, an invalid one dropped and built again."""
+    _, extra = TABLES[scope.table]
+    name = index_name(scope.table, scope.project_id, scope.subject_id)
+    next_name = f"{name}_next"
+    state = await conn.fetchrow(
+        "SELECT (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        "        WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace) AS old,"
+        "       (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        "        WHERE c.relname = $2 AND c.relnamespace = current_schema()::regnamespace) AS next",
+        name,
+        next_name,
+    )
+    if state["next"] is False:
+        await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", next_name))
+    if not state["next"]:
+        await conn.execute(await _create_ddl(conn, next_name, scope, extra))
+    if state["old"] is not None:
+        await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
+    await conn.execute(await conn.fetchval("SELECT format('ALTER INDEX %I RENAME TO %I', $1::text, $2::text)", next_name, name))
+    return name
+
+
+async def _create_ddl(conn: asyncpg.Connection, name: str, scope: Scope, extra: str) -> str:
+    """CREATE INDEX CONCURRENTLY of the scope's HNSW index under `name`, composed by the server."""
+    return await conn.fetchval(
+        "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I USING hnsw (embedding vector_cosine_ops)"
+        " WITH (m = %s, ef_construction = %s) WHERE project_id = %L AND subject_id = %L', $1::text, $2::text,"
+        " $3::int, $4::int, $5::text, $6::text) || $7::text",
+        name,
+        scope.table,
+        HNSW_M,
+        HNSW_EF_CONSTRUCTION,
+        scope.project_id,
+        scope.subject_id,
+        extra,
+    )
 
 
 async def ready(conn: asyncpg.Connection, project_id: str) -> list[tuple[str, str, str]]:
