@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import fields
 
 from conftest import GraphQLClient, client_for
@@ -103,60 +105,55 @@ async def test_a_trace_with_multi_hop_is_stored_as_served(runtime: Runtime, subj
         await c.http.aclose()
 
 
+@contextlib.asynccontextmanager
+async def _on_trace_insert(runtime: Runtime, name: str, query: str, action: str) -> AsyncIterator[None]:
+    """A trigger that runs `action` (PL/pgSQL) before a trace row of `query` is inserted."""
+    async with runtime.pool.acquire() as conn:
+        await conn.execute(
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+            f" IF NEW.query = '{query}' THEN {action}; END IF; RETURN NEW; END $$"
+        )
+        await conn.execute(f"CREATE TRIGGER {name} BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION {name}()")
+    try:
+        yield
+    finally:
+        async with runtime.pool.acquire() as conn:
+            await conn.execute(f"DROP TRIGGER {name} ON context_traces")
+            await conn.execute(f"DROP FUNCTION {name}()")
+
+
 async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
     runtime: Runtime, client: GraphQLClient, subject: str
 ) -> None:
     await assert_fact(client, subject, "a", "one")
     await record(client, subject, ["one event"])
     async with runtime.pool.acquire() as conn:
-        # The trace row is written after its decisions, in the same statement: refusing the row
-        # must take the decisions with it.
-        await conn.execute(
-            "CREATE FUNCTION refuse_trace() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF NEW.query = 'one refused' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$"
-        )
-        await conn.execute(
-            "CREATE TRIGGER refuse_trace BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION refuse_trace()"
-        )
         before = await conn.fetchval("SELECT count(*) FROM trace_decisions")
     hops = client_for(with_settings(runtime, retrieval_top_k=1))
+    refused = "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }"
+    # The trace row is written after its decisions, in the same statement: refusing the row
+    # must take the decisions with it.
     try:
-        error = await client.error(
-            "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }", {"s": subject}
-        )
-        assert error["extensions"]["code"] == "INTERNAL"
-        assert error["path"] == ["context"]
-        # A call with a multi-hop statement too.
-        hop_subject = f"{subject}-hop"
-        await _hop_memory(hops, hop_subject)
-        error = await hops.error(
-            "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }",
-            {"s": hop_subject},
-        )
-        assert error["extensions"]["code"] == "INTERNAL"
-        async with runtime.pool.acquire() as conn:
-            assert await conn.fetchval("SELECT count(*) FROM trace_decisions") == before
-            assert await conn.fetchval("SELECT count(*) FROM context_traces WHERE query = 'one refused'") == 0
-        assert (await context(client, subject, "one", selection="traceId"))["traceId"]  # other calls still write
+        async with _on_trace_insert(runtime, "refuse_trace", "one refused", "RAISE EXCEPTION 'refused'"):
+            error = await client.error(refused, {"s": subject})
+            assert error["extensions"]["code"] == "INTERNAL"
+            assert error["path"] == ["context"]
+            # A call with a multi-hop statement too.
+            await _hop_memory(hops, f"{subject}-hop")
+            error = await hops.error(refused, {"s": f"{subject}-hop"})
+            assert error["extensions"]["code"] == "INTERNAL"
+            async with runtime.pool.acquire() as conn:
+                assert await conn.fetchval("SELECT count(*) FROM trace_decisions") == before
+                assert await conn.fetchval("SELECT count(*) FROM context_traces WHERE query = 'one refused'") == 0
+            assert (await context(client, subject, "one", selection="traceId"))["traceId"]  # other calls still write
     finally:
         await hops.http.aclose()
-        async with runtime.pool.acquire() as conn:
-            await conn.execute("DROP TRIGGER refuse_trace ON context_traces")
-            await conn.execute("DROP FUNCTION refuse_trace()")
 
 
 async def test_the_response_waits_for_a_slow_trace_write(runtime: Runtime, client: GraphQLClient, subject: str) -> None:
     # The packet is serialized while its trace is written; the response leaves only after the commit.
     await assert_fact(client, subject, "a", "one")
-    async with runtime.pool.acquire() as conn:
-        await conn.execute(
-            "CREATE FUNCTION slow_trace() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-            " IF NEW.query = 'one slowly' THEN PERFORM pg_sleep(0.3); END IF; RETURN NEW; END $$"
-        )
-        await conn.execute(
-            "CREATE TRIGGER slow_trace BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION slow_trace()"
-        )
-    try:
+    async with _on_trace_insert(runtime, "slow_trace", "one slowly", "PERFORM pg_sleep(0.3)"):
         timed = "traceId trace { id timings { persistMs totalMs } }"
         body = await client.execute(
             "query($s: String!) { a: context(subjectId: $s, query: \"one slowly\") { traceId rendered }"
@@ -167,10 +164,6 @@ async def test_the_response_waits_for_a_slow_trace_write(runtime: Runtime, clien
         assert (await client.execute(query, {"id": body["a"]["traceId"]}))["trace"] is not None  # committed
         stored = await client.execute(query, {"id": body["b"]["traceId"]})
         assert stored["trace"] == body["b"]["trace"]  # with the timings the response gave
-    finally:
-        async with runtime.pool.acquire() as conn:
-            await conn.execute("DROP TRIGGER slow_trace ON context_traces")
-            await conn.execute("DROP FUNCTION slow_trace()")
 
 
 async def test_trace_of_another_project_is_null(runtime: Runtime, client: GraphQLClient, subject: str) -> None:
