@@ -130,12 +130,17 @@ async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
     async with runtime.pool.acquire() as conn:
         before = await conn.fetchval("SELECT count(*) FROM trace_decisions")
     hops = client_for(with_settings(runtime, retrieval_top_k=1))
-    refused = "query($s: String!) { context(subjectId: $s, query: \"one refused\") { traceId rendered } }"
+    refused = (
+        "query($s: String!) { context(subjectId: $s, query: \"one refused\")"
+        " { traceId rendered trace { timings { persistMs } } } }"
+    )
     # The trace row is written after its decisions, in the same statement: refusing the row
     # must take the decisions with it.
     try:
         async with _on_trace_insert(runtime, "refuse_trace", "one refused", "RAISE EXCEPTION 'refused'"):
-            error = await client.error(refused, {"s": subject})
+            body = (await client.post(refused, {"s": subject})).json()
+            assert body["data"] is None and len(body["errors"]) == 1  # one error for the failed write
+            error = body["errors"][0]
             assert error["extensions"]["code"] == "INTERNAL"
             assert error["path"] == ["context"]
             # A call with a multi-hop statement too.

@@ -28,7 +28,11 @@ async def timings(ctx: RequestContext, trace: ContextTrace) -> TraceTimings:
     write = ctx.trace_writes.get(trace.id)
     if write is None:
         return trace.timings
-    return assembler.written_timings(trace.timings, await write.written)
+    try:
+        persist_ms = await write.written
+    except Exception:  # noqa: BLE001 - reported once, for the whole response (schema.writes)
+        return trace.timings
+    return assembler.written_timings(trace.timings, persist_ms)
 
 
 async def trace(ctx: RequestContext, id: str) -> ContextTrace | None:
