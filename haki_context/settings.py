@@ -106,10 +106,10 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = 100
     hnsw_max_scan_tuples: int = 50_000
     # The most rows taken from an HNSW scan (iterative, so past ef_search) before re-sorting to
-    # the top k; a scope takes one per 250 of its rows, at least 2k (db/retrieval.py, _FETCH).
-    # Recall of the top 64 of 100,000 facts: 0.910 at 128, 0.952 at 256, 0.964 at 400 (ef_search
-    # 400 instead reached 0.958, and made the planner drop the index for a sort at 10,000 rows).
-    hnsw_fetch_rows: int = 400
+    # the top k; a scope takes one per 250 of its rows, at least 2k, at most 6k (db/retrieval.py,
+    # _FETCH). Top 64 of 100,000 facts (m 16, ef_construction 256): recall 0.966 at 192, 0.985
+    # at 256 (7.1 ms), 0.990 at 400 (8.5 ms); ef_search 256 for 256 rows cost more (8.4 ms).
+    hnsw_fetch_rows: int = 256
     # Episodes: candidates by vector (episode_top_k) and by full text (episode_text_k, 0 = off),
     # ranked by "cosine" (the seed) or "hybrid" (the facts' score).
     episode_text_k: int = 32

@@ -120,10 +120,12 @@ _PROJECT, _SUBJECT = "\x00project\x00", "\x00subject\x00"
 
 # Rows taken from a scope's HNSW scan before the re-sort to the top k: HNSW misses more of
 # the true top k as the scope grows, so the over-fetch grows with it, one row per 250 of the
-# scope's rows, between 2k and `most` (HAKI_HNSW_FETCH_ROWS). Measured for the top 64 facts:
-# at 10,000 rows, 128 rows give recall 0.998 (400: 1.000, 4 ms more); at 100,000 rows,
-# 128 give 0.910, 256 0.952, 400 0.964.
-_FETCH = "greatest(2 * {k}, least({most}, s.n / 250))"
+# scope's rows, between 2k and the lesser of 6k and `most` (HAKI_HNSW_FETCH_ROWS). Past
+# ef_search the scan iterates, and each row past it costs: at 100,000 rows (m 16,
+# ef_construction 256, ef_search 100, 150 questions) the fact scan (k 64) took 8.5 ms for
+# 400 rows, recall 0.990, and 7.1 ms for 256, recall 0.985 (192: 5.6 ms, 0.966); the
+# episode scan (k 32) 8.5 ms for 400, 0.999, and 5.5 ms for 192 (6k), 0.997.
+_FETCH = "greatest(2 * {k}, least({most}, 6 * {k}, s.n / 250))"
 
 
 @dataclass(frozen=True)
