@@ -761,7 +761,8 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             # What the server's background pass would do for this code: build missing scope
             # indexes, refresh the common-lexeme lists.
             t = time.perf_counter()
-            await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem,
+            await build_pending(rt.pool, settings.scope_index_rows, ivf_rows=settings.ivf_index_rows,
+                                build_memory=cfg.maintenance_work_mem,
                                 lexeme_rows=settings.full_text_lexeme_rows)
             result["seed"]["maintenance_s"] = round(time.perf_counter() - t, 2)
         else:
@@ -776,7 +777,8 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
                                 maintenance_work_mem=cfg.maintenance_work_mem, log=log)
             # As the server does in the background: an HNSW index for every scope past scope_index_rows.
             t = time.perf_counter()
-            built = await build_pending(rt.pool, settings.scope_index_rows, build_memory=cfg.maintenance_work_mem,
+            built = await build_pending(rt.pool, settings.scope_index_rows, ivf_rows=settings.ivf_index_rows,
+                                build_memory=cfg.maintenance_work_mem,
                                         lexeme_rows=settings.full_text_lexeme_rows)
             report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
             report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
@@ -894,7 +896,7 @@ async def run(cfg: Config) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
     s = Settings(**cfg.overrides)
     result["settings"] = {k: getattr(s, k) for k in (
-        "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "retrieval_top_k",
+        "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "ivf_index_rows", "ivf_probes", "retrieval_top_k",
         "episode_top_k", "embed_threads", "embed_query_threads", "embed_batch_size", "pool_max_size")}
     result["distinct_questions_used"] = qs.used
     result["loadavg_end"] = list(os.getloadavg())

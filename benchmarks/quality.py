@@ -84,6 +84,8 @@ WRITE_TIME_SETTINGS = frozenset(
         "pool_max_size",
         "hnsw_ef_search",
         "hnsw_max_scan_tuples",
+        "ivf_index_rows",
+        "ivf_probes",
         "statement_timeout_ms",
     }
 )
@@ -219,6 +221,7 @@ async def open_server(config: Config, base: Settings, n_questions: int) -> Async
             statement_timeout_ms=base.statement_timeout_ms,
             hnsw_ef_search=base.hnsw_ef_search,
             hnsw_max_scan_tuples=base.hnsw_max_scan_tuples,
+            ivf_probes=base.ivf_probes,
         )
         stack.push_async_callback(pool.close)
         inner = await asyncio.to_thread(encoder_for, base)

@@ -42,7 +42,7 @@ async def measure(url: str, fetches: list[int], ef_search: int, queries: int, wo
     s = Settings()
     embedder = Embedder(encoder_for(s))
     pool = await create_pool(url, max_size=1, hnsw_ef_search=ef_search,
-                             hnsw_max_scan_tuples=s.hnsw_max_scan_tuples)
+                             hnsw_max_scan_tuples=s.hnsw_max_scan_tuples, ivf_probes=s.ivf_probes)
     now = datetime.now(timezone.utc)
     try:
         questions = Questions().take(queries)

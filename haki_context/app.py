@@ -167,6 +167,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
             statement_timeout_ms=settings.statement_timeout_ms,
             hnsw_ef_search=settings.hnsw_ef_search,
             hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
+            ivf_probes=settings.ivf_probes,
         )
         stack.push_async_callback(pool.close)
         encoder = await asyncio.to_thread(encoder_for, settings)
@@ -284,6 +285,7 @@ async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
             await build_pending(
                 rt.pool,
                 settings.scope_index_rows,
+                ivf_rows=settings.ivf_index_rows,
                 build_memory=settings.scope_index_build_memory,
                 lexeme_rows=settings.full_text_lexeme_rows,
             )

@@ -123,6 +123,7 @@ async def _index_scopes(settings: Settings) -> int:
             built = await build_pending(
                 pool,
                 settings.scope_index_rows,
+                ivf_rows=settings.ivf_index_rows,
                 build_memory=settings.scope_index_build_memory,
                 lexeme_rows=settings.full_text_lexeme_rows,
             )

@@ -62,6 +62,7 @@ async def open_runtime_for(pg_uri: str, settings: Settings, embedder: Embedder) 
         statement_timeout_ms=settings.statement_timeout_ms,
         hnsw_ef_search=settings.hnsw_ef_search,
         hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
+        ivf_probes=settings.ivf_probes,
     )
     return Runtime(pool=pool, embedder=embedder, settings=settings)
 

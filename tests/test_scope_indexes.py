@@ -1,4 +1,4 @@
-"""A scope past HAKI_SCOPE_INDEX_ROWS gets an HNSW index of its own (context answers the same through it)
+"""A scope past HAKI_SCOPE_INDEX_ROWS gets HNSW and IVFFlat indexes of its own (context answers the same through them)
 and a list of its common lexemes (the idf rank and multi-hop read them instead of the rows)."""
 
 from __future__ import annotations
@@ -71,6 +71,10 @@ async def test_a_scope_past_the_threshold_gets_its_own_index_once(scoped: Runtim
                 "SELECT reloptions FROM pg_class WHERE relname = $1", scope_indexes.index_name(table, PROJECT, "big")
             )
         assert sorted(options) == [f"ef_construction={scope_indexes.HNSW_EF_CONSTRUCTION}", f"m={scope_indexes.HNSW_M}"]
+        ivf = scope_indexes.ivf_index_name(table, PROJECT, "big")  # its companion, sqrt(rows) lists
+        assert await _index_state(scoped, ivf) is True
+        assert await _options(scoped, ivf) == [f"lists={scope_indexes.ivf_lists(MIN_ROWS)}"]
+        assert await _index_state(scoped, scope_indexes.ivf_index_name(table, PROJECT, "small")) is None
     assert await build_pending(scoped.pool, MIN_ROWS) == []  # nothing left to build
     async with scoped.pool.acquire() as conn:
         assert {t for _, t, _ in await scope_indexes.ready(conn, PROJECT)} == set(scope_indexes.TABLES)
@@ -141,6 +145,58 @@ async def test_an_index_built_with_other_parameters_is_replaced(scoped: Runtime,
         await scope_indexes.rebuild(conn, scope_indexes.Scope(PROJECT, "older", "facts", MIN_ROWS + 3))
     assert await _index_state(scoped, name) is True
     assert await _index_state(scoped, name + "_next") is None
+
+
+async def test_a_scope_indexed_by_an_earlier_version_gets_its_ivf_index_and_keeps_its_hnsw_index(
+    scoped: Runtime, sclient: GraphQLClient
+) -> None:
+    await _fill(sclient, "hnsw-only", MIN_ROWS + 3, 0)
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["hnsw-only"]
+    hnsw = scope_indexes.index_name("facts", PROJECT, "hnsw-only")
+    ivf = scope_indexes.ivf_index_name("facts", PROJECT, "hnsw-only")
+    async with scoped.pool.acquire() as conn:  # what the version before the IVFFlat indexes left
+        await conn.execute(f'DROP INDEX "{ivf}"')
+        hnsw_oid = await conn.fetchval("SELECT oid FROM pg_class WHERE relname = $1", hnsw)
+    before = await context(sclient, "hnsw-only", "value about topic 3", budget=300)
+    assert before["facts"]  # served meanwhile (the scope's own text skips the IVFFlat scan while it has no index)
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS) or []] == ["hnsw-only"]
+    assert await _index_state(scoped, ivf) is True and await _index_state(scoped, ivf + "_next") is None
+    async with scoped.pool.acquire() as conn:  # the HNSW index was current: not rebuilt
+        assert await conn.fetchval("SELECT oid FROM pg_class WHERE relname = $1", hnsw) == hnsw_oid
+    after = await context(sclient, "hnsw-only", "value about topic 3", budget=300)
+    assert [f["id"] for f in after["facts"]] == [f["id"] for f in before["facts"]]
+    assert await build_pending(scoped.pool, MIN_ROWS) == []
+
+
+async def test_only_a_scope_past_the_ivf_threshold_gets_an_ivf_index(scoped: Runtime, sclient: GraphQLClient) -> None:
+    await _fill(sclient, "under-ivf", MIN_ROWS + 3, 0)
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS, ivf_rows=MIN_ROWS + 4) or []] == [
+        "under-ivf"
+    ]
+    ivf = scope_indexes.ivf_index_name("facts", PROJECT, "under-ivf")
+    assert await _index_state(scoped, scope_indexes.index_name("facts", PROJECT, "under-ivf")) is True
+    assert await _index_state(scoped, ivf) is None
+    served = await context(sclient, "under-ivf", "value about topic 3", budget=300)  # the HNSW scan alone
+    assert await build_pending(scoped.pool, MIN_ROWS, ivf_rows=MIN_ROWS + 4) == []
+    await assert_fact(sclient, "under-ivf", "one_more", "value 99 about topic 4", mode="ADD")  # past it now
+    assert [s.subject_id for s in await build_pending(scoped.pool, MIN_ROWS, ivf_rows=MIN_ROWS + 4) or []] == [
+        "under-ivf"
+    ]
+    assert await _index_state(scoped, ivf) is True
+    after = await context(sclient, "under-ivf", "value about topic 3", budget=300)
+    assert {f["id"] for f in served["facts"]} <= {f["id"] for f in after["facts"]} and served["facts"]
+
+
+def test_an_index_is_stale_when_built_with_other_parameters_or_when_the_scope_outgrew_its_lists() -> None:
+    current = [f"m={scope_indexes.HNSW_M}", f"ef_construction={scope_indexes.HNSW_EF_CONSTRUCTION}"]
+    lists = f"lists={scope_indexes.ivf_lists(10_000)}"  # 100
+    assert scope_indexes.stale_kinds(10_000, current, [lists], 10_000) == []
+    assert scope_indexes.stale_kinds(39_000, current, [lists], 10_000) == []  # sqrt: 197.5, under twice 100
+    assert scope_indexes.stale_kinds(41_000, current, [lists], 10_000) == ["ivf"]  # grown past 4x
+    assert scope_indexes.stale_kinds(10_000, current, None, 10_000) == ["ivf"]  # none built
+    assert scope_indexes.stale_kinds(10_000, current, None, 10_001) == []  # none wanted: under the threshold
+    assert scope_indexes.stale_kinds(10_000, ["m=32", "ef_construction=128"], [lists], 10_000) == ["hnsw"]
+    assert scope_indexes.stale_kinds(10_000, None, None, 10_000) == ["hnsw", "ivf"]
 
 
 async def test_one_builder_at_a_time(scoped: Runtime, sclient: GraphQLClient) -> None:

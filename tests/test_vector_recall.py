@@ -195,12 +195,13 @@ async def test_a_large_scope_is_searched_through_its_own_index_by_a_plan_made_on
                 ) > 0
             plan = await _generic_plan(conn, sql, args)
             own = scope_indexes.index_name(table, "p", subject)
-            if subject == "half":  # its HNSW index; its rows holding the word from the scoped lexemes
+            if subject == "half":  # its HNSW and IVFFlat indexes; its rows holding the word from the scoped lexemes
                 assert own in plan, plan
+                assert scope_indexes.ivf_index_name(table, "p", subject) in plan, plan
                 assert f"{table}_scoped_search" in plan, plan
                 assert "BitmapAnd" not in plan  # the word's rows alone, not ANDed with the scope's
-            else:  # no index of its own: no HNSW index of another scope either
-                assert "_hnsw_" not in plan, plan
+            else:  # no index of its own: no index of another scope either
+                assert "_hnsw_" not in plan and "_ivf_" not in plan, plan
 
 
 @pytest.mark.parametrize("table", ["facts", "episode_chunks"])

@@ -1,9 +1,9 @@
-"""Giving every large scope its own HNSW index (the plan choice lives in db/retrieval.py).
+"""Giving every large scope its own vector indexes (the plan choice lives in db/retrieval.py).
 
 Scopes below HAKI_SCOPE_INDEX_ROWS rows are searched by an exact scan; a scope
-that reaches it gets a partial HNSW index, built in the background by the
-server (every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by `haki-context
-index-scopes`. Until the build is done the scope keeps the exact scan, so a
+that reaches it gets a partial HNSW index (and, past HAKI_IVF_INDEX_ROWS, a
+partial IVFFlat index), built in the background by the server (every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by
+`haki-context index-scopes`. Until the build is done the scope keeps the exact scan, so a
 build in progress (or a failed one) costs speed, never results.
 
 The same pass keeps each indexed scope's list of common lexemes (db/scope_lexemes.py)
@@ -28,10 +28,17 @@ log = logging.getLogger(__name__)
 
 
 async def build_pending(
-    pool: asyncpg.Pool, min_rows: int, *, build_memory: str = "512MB", lexeme_rows: int = 1000, limit: int = 100
+    pool: asyncpg.Pool,
+    min_rows: int,
+    *,
+    ivf_rows: int = 0,
+    build_memory: str = "512MB",
+    lexeme_rows: int = 1000,
+    limit: int = 100,
 ) -> list[Scope] | None:
-    """Build the indexes of every scope past `min_rows` that lacks one, one at a time, rebuild
-    those built with other parameters (db/scope_indexes.py, HNSW_M), then refresh the stale
+    """Build the indexes of every scope past `min_rows` that lacks them, one at a time, replace
+    those that are stale (db/scope_indexes.py, `stale_kinds`; the IVFFlat index only for scopes of
+    `ivf_rows`+ rows, 0: all), then refresh the stale
     common-lexeme lists of indexed scopes (lexemes held by `lexeme_rows`+ rows).
 
     Returns the scopes built or rebuilt, or None when another process holds the builders' lock
@@ -45,19 +52,19 @@ async def build_pending(
             built = []
             for scope in await db_scope_indexes.pending(conn, min_rows, limit):
                 started = time.perf_counter()
-                name = await db_scope_indexes.build(conn, scope)
+                name = await db_scope_indexes.build(conn, scope, ivf_rows)
                 log.info(
                     "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
                     name, scope.project_id, scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
                 )
                 built.append(scope)
-            for scope in await db_scope_indexes.outdated(conn, limit):
+            for scope in await db_scope_indexes.outdated(conn, ivf_rows, limit):
                 started = time.perf_counter()
-                name = await db_scope_indexes.rebuild(conn, scope)
+                kinds = await db_scope_indexes.rebuild(conn, scope, ivf_rows)
                 log.info(
-                    "scope index %s rebuilt with m = %d, ef_construction = %d for %s/%s (%s, %d rows) in %.1f s",
-                    name, db_scope_indexes.HNSW_M, db_scope_indexes.HNSW_EF_CONSTRUCTION, scope.project_id,
-                    scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
+                    "scope indexes (%s) replaced for %s/%s (%s, %d rows) in %.1f s",
+                    ", ".join(kinds), scope.project_id, scope.subject_id, scope.table, scope.rows,
+                    time.perf_counter() - started,
                 )
                 built.append(scope)
             for scope in await db_scope_lexemes.stale(conn, lexeme_rows, limit):

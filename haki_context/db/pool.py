@@ -52,12 +52,14 @@ async def create_pool(
     statement_timeout_ms: int = 10_000,
     hnsw_ef_search: int = 100,
     hnsw_max_scan_tuples: int = 50_000,
+    ivf_probes: int = 8,
 ) -> asyncpg.Pool:
     """A pool whose connections carry our codecs and search settings.
 
     `hnsw.iterative_scan = relaxed_order` makes a scope-filtered HNSW scan keep
     going until it has enough rows (without it pgvector silently returns ~4 of
-    64); results are re-sorted by distance in the statement.
+    64); results are re-sorted by distance in the statement. The scope's IVFFlat
+    index is read `ivf_probes` lists deep, and iterates the same way.
 
     `idle_lifetime_s`: how long an idle connection lives, 0 for as long as the
     pool (asyncpg's own default, 300 s, closes every idle connection beyond
@@ -86,6 +88,8 @@ async def create_pool(
             "hnsw.iterative_scan": "relaxed_order",
             "hnsw.ef_search": str(hnsw_ef_search),
             "hnsw.max_scan_tuples": str(hnsw_max_scan_tuples),
+            "ivfflat.probes": str(ivf_probes),
+            "ivfflat.iterative_scan": "relaxed_order",
             "jit": "off",
             "plan_cache_mode": "auto",
             "standard_conforming_strings": "on",

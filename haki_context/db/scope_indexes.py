@@ -1,11 +1,14 @@
-"""Per-scope HNSW indexes: which scopes need one, and building one (migration 0007).
+"""Per-scope vector indexes: which scopes need them, and building them (migration 0007).
 
 A scope's index is a partial HNSW index over the rows of one (project, subject):
 the planner uses it for that subject's vector search because the statement's
 `project_id = $1 AND subject_id = $2` (constants in a custom plan) imply its
-predicate. It is built with CREATE INDEX CONCURRENTLY, so writes go on during
-the build, and recorded in `scope_vector_indexes`; retrieval switches to it
-only once `ready_at` is set.
+predicate. Beside it, a partial IVFFlat index over the same rows' half-precision
+copies, whose nearest lists catch what the HNSW graph can miss (a tight cluster
+of near-identical rows, see db/retrieval.py). Both are built with CREATE INDEX
+CONCURRENTLY, so writes go on during the build, and recorded as one entry in
+`scope_vector_indexes` (the HNSW index's name; the IVFFlat one's follows from
+it); retrieval switches to them only once `ready_at` is set.
 
 Index names are derived from a hash of the scope (ids are user text up to 128
 characters; identifiers are at most 63 bytes). The DDL is composed by the
@@ -15,6 +18,7 @@ server's `format()` with %I / %L, never by string concatenation of user text.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 
 import asyncpg
@@ -37,6 +41,14 @@ TABLES: dict[str, tuple[str, str]] = {
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 256
 
+
+def ivf_lists(rows: int) -> int:
+    """The IVFFlat lists of a scope of `rows` rows: sqrt(rows), so a search of a fixed number
+    of lists (HAKI_IVF_PROBES) reads ~sqrt(rows) rows each (316 lists at 100,000 rows, 8 read:
+    ~2,500 rows, 1.7 ms). Lists are k-means centroids of the rows at build time; past 4x the
+    rows (lists under half this figure) the index is rebuilt (`outdated`)."""
+    return max(1, round(math.sqrt(rows)))
+
 # Any constant distinct from the application's other advisory locks.
 BUILD_LOCK_KEY = 0x4A4B_5349
 
@@ -53,6 +65,16 @@ def index_name(table: str, project_id: str, subject_id: str) -> str:
     """A stable identifier for a scope's index: `<table>_hnsw_<20 hex digits of sha256>`."""
     digest = hashlib.sha256(f"{project_id}\x00{subject_id}".encode()).hexdigest()[:20]
     return f"{table}_hnsw_{digest}"
+
+
+def ivf_index_name(table: str, project_id: str, subject_id: str) -> str:
+    """The name of the scope's IVFFlat index: `<table>_ivf_<the same digits>`."""
+    return _ivf_name(index_name(table, project_id, subject_id))
+
+
+def _ivf_name(hnsw_name: str) -> str:
+    table, _, digest = hnsw_name.rpartition("_hnsw_")
+    return f"{table}_ivf_{digest}"
 
 
 async def pending(conn: asyncpg.Connection, min_rows: int, limit: int = 100) -> list[Scope]:
@@ -97,14 +119,14 @@ async def reset_builder(conn: asyncpg.Connection) -> None:
     await conn.execute("RESET statement_timeout; RESET maintenance_work_mem")
 
 
-async def build(conn: asyncpg.Connection, scope: Scope) -> str:
-    """Build (or finish) the scope's index on `conn`, outside any transaction; returns its name.
+async def build(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> str:
+    """Build (or finish) the scope's indexes on `conn`, outside any transaction: the HNSW index,
+    and the IVFFlat one if the scope holds `ivf_rows` rows or more. Returns the HNSW index's name.
 
     Idempotent: an index left INVALID by an interrupted build is dropped and rebuilt; a
     valid one is only marked READY. The caller sets statement_timeout and
     maintenance_work_mem on `conn` (a build of 100,000 rows takes tens of seconds).
     """
-    _, extra = TABLES[scope.table]
     name = index_name(scope.table, scope.project_id, scope.subject_id)
     await conn.execute(
         """
@@ -118,15 +140,14 @@ async def build(conn: asyncpg.Connection, scope: Scope) -> str:
         scope.table,
         name,
     )
-    valid = await conn.fetchval(
-        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        " WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
-        name,
-    )
-    if valid is False:
-        await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
-    if not valid:
-        await conn.execute(await _create_ddl(conn, name, scope, extra))
+    for index, kind in ((name, "hnsw"), (_ivf_name(name), "ivf")):
+        if kind == "ivf" and scope.rows < ivf_rows:
+            continue
+        valid = await _validity(conn, index)
+        if valid is False:
+            await _drop(conn, index)
+        if not valid:
+            await conn.execute(await _create_ddl(conn, kind, index, scope))
     await conn.execute(
         "UPDATE scope_vector_indexes SET ready_at = now()"
         " WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
@@ -138,69 +159,121 @@ async def build(conn: asyncpg.Connection, scope: Scope) -> str:
 
 
 def _options() -> list[str]:
-    """The reloptions of an index built with the current parameters, sorted."""
+    """The reloptions of an HNSW index built with the current parameters, sorted."""
     return sorted([f"m={HNSW_M}", f"ef_construction={HNSW_EF_CONSTRUCTION}"])
 
 
-async def outdated(conn: asyncpg.Connection, limit: int = 100) -> list[Scope]:
-    """Scopes whose READY index was built with other parameters than HNSW_M and
-    HNSW_EF_CONSTRUCTION (by an earlier version), largest first."""
+def stale_kinds(rows: int, hnsw_options: list[str] | None, ivf_options: list[str] | None, ivf_rows: int) -> list[str]:
+    """Which of a READY scope's indexes to (re)build ("hnsw", "ivf"): an HNSW index built with
+    other parameters than HNSW_M and HNSW_EF_CONSTRUCTION (by an earlier version); for a scope
+    of `ivf_rows` rows or more, an IVFFlat index missing (the scope grew past `ivf_rows`, or an
+    earlier version built none) or with under half the lists the scope's rows call for (it has
+    grown 4x since). Options are reloptions; None: no index (or none set)."""
+    stale = []
+    if sorted(hnsw_options or []) != _options():
+        stale.append("hnsw")
+    lists = next((int(o.split("=", 1)[1]) for o in ivf_options or [] if o.startswith("lists=")), 0)
+    if rows >= ivf_rows and lists * 2 < ivf_lists(rows):
+        stale.append("ivf")
+    return stale
+
+
+async def _ready_with_options(conn: asyncpg.Connection, scope: Scope | None = None) -> list[tuple[Scope, str, list[str] | None, list[str] | None]]:
+    """READY scopes (all, or `scope` alone), largest first, each with its HNSW index's name and
+    the reloptions of its HNSW and IVFFlat indexes (None: no such index, or one without options)."""
     rows = await conn.fetch(
         """
-        SELECT i.project_id, i.subject_id, i.table_name,
+        SELECT i.project_id, i.subject_id, i.table_name, i.index_name,
                CASE i.table_name WHEN 'facts' THEN s.fact_rows ELSE s.chunk_rows END AS n
         FROM scope_vector_indexes i
         JOIN subjects s ON s.project_id = i.project_id AND s.subject_id = i.subject_id
-        JOIN pg_class c ON c.relname = i.index_name AND c.relnamespace = current_schema()::regnamespace
         WHERE i.ready_at IS NOT NULL
-          AND coalesce((SELECT array_agg(o ORDER BY o) FROM unnest(c.reloptions) o), '{}') <> $1::text[]
+          AND ($1::text IS NULL OR (i.project_id, i.subject_id, i.table_name) = ($1, $2, $3))
         ORDER BY n DESC, i.project_id, i.subject_id, i.table_name
-        LIMIT $2
         """,
-        _options(),
-        limit,
+        *((scope.project_id, scope.subject_id, scope.table) if scope else (None, None, None)),
     )
-    return [Scope(r["project_id"], r["subject_id"], r["table_name"], r["n"]) for r in rows]
+    names = [r["index_name"] for r in rows] + [_ivf_name(r["index_name"]) for r in rows]
+    options = {
+        o["relname"]: o["reloptions"]
+        for o in await conn.fetch(
+            "SELECT relname, reloptions FROM pg_class"
+            " WHERE relname = ANY($1::text[]) AND relnamespace = current_schema()::regnamespace",
+            names,
+        )
+    }
+    return [
+        (Scope(r["project_id"], r["subject_id"], r["table_name"], r["n"]), r["index_name"],
+         options.get(r["index_name"]), options.get(_ivf_name(r["index_name"])))
+        for r in rows
+    ]
 
 
-async def rebuild(conn: asyncpg.Connection, scope: Scope) -> str:
-    """Replace the scope's READY index by one built with the current parameters; returns its name.
+async def outdated(conn: asyncpg.Connection, ivf_rows: int = 0, limit: int = 100) -> list[Scope]:
+    """READY scopes with an index to (re)build (`stale_kinds`), largest first."""
+    ready_scopes = await _ready_with_options(conn)
+    return [scope for scope, _, hnsw, ivf in ready_scopes if stale_kinds(scope.rows, hnsw, ivf, ivf_rows)][:limit]
 
-    The new index is built beside the old one (CONCURRENTLY, as `build`), then the old one is
-    dropped (CONCURRENTLY) and the new one takes its name, so the scope always has an index
+
+async def rebuild(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> list[str]:
+    """Replace the scope's indexes that `stale_kinds` names by ones built with the current
+    parameters; returns the kinds replaced.
+
+    Each new index is built beside the old one (CONCURRENTLY, as `build`), then the old one is
+    dropped (CONCURRENTLY) and the new one takes its name, so the scope always has indexes
     of its own to search. Idempotent: after an interruption, a valid replacement is
     finished, an invalid one dropped and built again."""
-    _, extra = TABLES[scope.table]
-    name = index_name(scope.table, scope.project_id, scope.subject_id)
+    found = await _ready_with_options(conn, scope)
+    if not found:
+        return []
+    current, name, hnsw, ivf = found[0]
+    kinds = stale_kinds(current.rows, hnsw, ivf, ivf_rows)
+    for kind in kinds:
+        await _replace(conn, kind, name if kind == "hnsw" else _ivf_name(name), current)
+    return kinds
+
+
+async def _replace(conn: asyncpg.Connection, kind: str, name: str, scope: Scope) -> None:
     next_name = f"{name}_next"
-    state = await conn.fetchrow(
-        "SELECT (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        "        WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace) AS old,"
-        "       (SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        "        WHERE c.relname = $2 AND c.relnamespace = current_schema()::regnamespace) AS next",
-        name,
-        next_name,
-    )
-    if state["next"] is False:
-        await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", next_name))
-    if not state["next"]:
-        await conn.execute(await _create_ddl(conn, next_name, scope, extra))
-    if state["old"] is not None:
-        await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
+    old, new = await _validity(conn, name), await _validity(conn, next_name)
+    if new is False:
+        await _drop(conn, next_name)
+    if not new:
+        await conn.execute(await _create_ddl(conn, kind, next_name, scope))
+    if old is not None:
+        await _drop(conn, name)
     await conn.execute(await conn.fetchval("SELECT format('ALTER INDEX %I RENAME TO %I', $1::text, $2::text)", next_name, name))
-    return name
 
 
-async def _create_ddl(conn: asyncpg.Connection, name: str, scope: Scope, extra: str) -> str:
-    """CREATE INDEX CONCURRENTLY of the scope's HNSW index under `name`, composed by the server."""
+async def _validity(conn: asyncpg.Connection, name: str) -> bool | None:
+    """Whether the index `name` is valid; None: there is none."""
     return await conn.fetchval(
-        "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I USING hnsw (embedding vector_cosine_ops)"
-        " WITH (m = %s, ef_construction = %s) WHERE project_id = %L AND subject_id = %L', $1::text, $2::text,"
-        " $3::int, $4::int, $5::text, $6::text) || $7::text",
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
+        name,
+    )
+
+
+async def _drop(conn: asyncpg.Connection, name: str) -> None:
+    await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
+
+
+async def _create_ddl(conn: asyncpg.Connection, kind: str, name: str, scope: Scope) -> str:
+    """CREATE INDEX CONCURRENTLY of the scope's index of `kind` ("hnsw" or "ivf") under `name`,
+    composed by the server."""
+    _, extra = TABLES[scope.table]
+    if kind == "hnsw":
+        method, params = "hnsw (embedding vector_cosine_ops)", f"m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}"
+    else:
+        method, params = "ivfflat (embedding_half halfvec_ip_ops)", f"lists = {ivf_lists(scope.rows)}"
+    return await conn.fetchval(
+        "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I USING ' || $3::text || ' WITH ('"
+        " || $4::text || ') WHERE project_id = %L AND subject_id = %L', $1::text, $2::text, $5::text, $6::text)"
+        " || $7::text",
         name,
         scope.table,
-        HNSW_M,
-        HNSW_EF_CONSTRUCTION,
+        method,
+        params,
         scope.project_id,
         scope.subject_id,
         extra,
