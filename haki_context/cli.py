@@ -133,8 +133,11 @@ async def _index_scopes(settings: Settings) -> int:
         print("another process is building scope indexes; try again when it is done", file=sys.stderr)
         return 1
     for scope in built:
-        print(f"built the {scope.table} index of {scope.project_id}/{scope.subject_id} ({scope.rows} rows)")
-    print(f"{len(built)} scope index(es) built; every scope of {settings.scope_index_rows}+ rows has one")
+        print(f"built the {scope.table} indexes of {scope.project_id}/{scope.subject_id} ({scope.rows} rows)")
+    print(
+        f"{len(built)} scope(s) indexed; every scope of {settings.scope_index_rows}+ rows has an HNSW index,"
+        f" of {settings.ivf_index_rows}+ an IVFFlat one too"
+    )
     return 0
 
 
