@@ -762,8 +762,7 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             # indexes, refresh the common-lexeme lists.
             t = time.perf_counter()
             await build_pending(rt.pool, settings.scope_index_rows, ivf_rows=settings.ivf_index_rows,
-                                build_memory=cfg.maintenance_work_mem,
-                                lexeme_rows=settings.full_text_lexeme_rows)
+                                build_memory=cfg.maintenance_work_mem, lexeme_rows=settings.full_text_lexeme_rows)
             result["seed"]["maintenance_s"] = round(time.perf_counter() - t, 2)
         else:
             log(f"N={n}: corpus and embeddings ({rt.embedder.name})")
@@ -778,7 +777,7 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             # As the server does in the background: an HNSW index for every scope past scope_index_rows.
             t = time.perf_counter()
             built = await build_pending(rt.pool, settings.scope_index_rows, ivf_rows=settings.ivf_index_rows,
-                                build_memory=cfg.maintenance_work_mem,
+                                        build_memory=cfg.maintenance_work_mem,
                                         lexeme_rows=settings.full_text_lexeme_rows)
             report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
             report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
@@ -896,8 +895,9 @@ async def run(cfg: Config) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
     s = Settings(**cfg.overrides)
     result["settings"] = {k: getattr(s, k) for k in (
-        "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "ivf_index_rows", "ivf_probes", "retrieval_top_k",
-        "episode_top_k", "embed_threads", "embed_query_threads", "embed_batch_size", "pool_max_size")}
+        "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "ivf_index_rows",
+        "ivf_probes", "retrieval_top_k", "episode_top_k", "embed_threads", "embed_query_threads", "embed_batch_size",
+        "pool_max_size")}
     result["distinct_questions_used"] = qs.used
     result["loadavg_end"] = list(os.getloadavg())
     result["wall_s"] = round(time.perf_counter() - started, 1)

@@ -2,9 +2,10 @@
 
 Scopes below HAKI_SCOPE_INDEX_ROWS rows are searched by an exact scan; a scope
 that reaches it gets a partial HNSW index (and, past HAKI_IVF_INDEX_ROWS, a
-partial IVFFlat index), built in the background by the server (every HAKI_SCOPE_INDEX_INTERVAL_S) or at once by
-`haki-context index-scopes`. Until the build is done the scope keeps the exact scan, so a
-build in progress (or a failed one) costs speed, never results.
+partial IVFFlat index), built in the background by the server (every
+HAKI_SCOPE_INDEX_INTERVAL_S) or at once by `haki-context index-scopes`. Until the
+build is done the scope keeps the exact scan, so a build in progress (or a failed
+one) costs speed, never results.
 
 The same pass keeps each indexed scope's list of common lexemes (db/scope_lexemes.py)
 fresh, for the idf full-text rank. `OwnIndexHints` remembers, per server, which

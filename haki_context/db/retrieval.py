@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import asyncpg
@@ -444,14 +445,21 @@ def candidates_text(table: str, p: SearchParams) -> str:
     """The candidates statement of `table` for this call: the scope's own text (HNSW over its
     index, the scope named with constants) if it is known to have an index and may use it,
     else the shared text (exact scan)."""
-    shared, own_template = _TEXTS[table, p.full_text_rank]
     if p.use_scope_index and table in p.own_index_tables:
-        return (
-            own_template.replace(_PROJECT, _literal(p.project_id))
-            .replace(_SUBJECT, _literal(p.subject_id))
-            .replace(_IVF_INDEX, _literal(ivf_index_name(table, p.project_id, p.subject_id)))
-        )
-    return shared
+        return _own_text(table, p.full_text_rank, p.project_id, p.subject_id)
+    return _TEXTS[table, p.full_text_rank][0]
+
+
+@lru_cache(maxsize=1024)
+def _own_text(table: str, rank: str, project_id: str, subject_id: str) -> str:
+    """A scope's own text, made once per process while the scope keeps being asked about (a
+    few kB each; the index name's hash and three replaces every call otherwise)."""
+    return (
+        _TEXTS[table, rank][1]
+        .replace(_PROJECT, _literal(project_id))
+        .replace(_SUBJECT, _literal(subject_id))
+        .replace(_IVF_INDEX, _literal(ivf_index_name(table, project_id, subject_id)))
+    )
 
 
 def _fact_row(r: asyncpg.Record) -> FactRow:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 
 import asyncpg
 
@@ -49,6 +50,19 @@ def ivf_lists(rows: int) -> int:
     rows (lists under half this figure) the index is rebuilt (`outdated`)."""
     return max(1, round(math.sqrt(rows)))
 
+
+def wants_ivf(rows: int, ivf_rows: int) -> bool:
+    """Whether a scope of `rows` rows gets an IVFFlat index beside its HNSW index."""
+    return rows >= ivf_rows
+
+
+class IndexKind(StrEnum):
+    """A scope's vector indexes: each kind's name carries it (`<table>_<kind>_<digest>`)."""
+
+    HNSW = "hnsw"
+    IVF = "ivf"
+
+
 # Any constant distinct from the application's other advisory locks.
 BUILD_LOCK_KEY = 0x4A4B_5349
 
@@ -61,20 +75,15 @@ class Scope:
     rows: int
 
 
-def index_name(table: str, project_id: str, subject_id: str) -> str:
-    """A stable identifier for a scope's index: `<table>_hnsw_<20 hex digits of sha256>`."""
+def index_name(table: str, project_id: str, subject_id: str, kind: IndexKind = IndexKind.HNSW) -> str:
+    """A stable identifier for a scope's index: `<table>_<kind>_<20 hex digits of sha256>`."""
     digest = hashlib.sha256(f"{project_id}\x00{subject_id}".encode()).hexdigest()[:20]
-    return f"{table}_hnsw_{digest}"
+    return f"{table}_{kind}_{digest}"
 
 
 def ivf_index_name(table: str, project_id: str, subject_id: str) -> str:
-    """The name of the scope's IVFFlat index: `<table>_ivf_<the same digits>`."""
-    return _ivf_name(index_name(table, project_id, subject_id))
-
-
-def _ivf_name(hnsw_name: str) -> str:
-    table, _, digest = hnsw_name.rpartition("_hnsw_")
-    return f"{table}_ivf_{digest}"
+    """The name of the scope's IVFFlat index."""
+    return index_name(table, project_id, subject_id, IndexKind.IVF)
 
 
 async def pending(conn: asyncpg.Connection, min_rows: int, limit: int = 100) -> list[Scope]:
@@ -140,9 +149,9 @@ async def build(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> st
         scope.table,
         name,
     )
-    for index, kind in ((name, "hnsw"), (_ivf_name(name), "ivf")):
-        if kind == "ivf" and scope.rows < ivf_rows:
-            continue
+    kinds = [IndexKind.HNSW] + ([IndexKind.IVF] if wants_ivf(scope.rows, ivf_rows) else [])
+    for kind in kinds:
+        index = index_name(scope.table, scope.project_id, scope.subject_id, kind)
         valid = await _validity(conn, index)
         if valid is False:
             await _drop(conn, index)
@@ -163,7 +172,9 @@ def _options() -> list[str]:
     return sorted([f"m={HNSW_M}", f"ef_construction={HNSW_EF_CONSTRUCTION}"])
 
 
-def stale_kinds(rows: int, hnsw_options: list[str] | None, ivf_options: list[str] | None, ivf_rows: int) -> list[str]:
+def stale_kinds(
+    rows: int, hnsw_options: list[str] | None, ivf_options: list[str] | None, ivf_rows: int
+) -> list[IndexKind]:
     """Which of a READY scope's indexes to (re)build ("hnsw", "ivf"): an HNSW index built with
     other parameters than HNSW_M and HNSW_EF_CONSTRUCTION (by an earlier version); for a scope
     of `ivf_rows` rows or more, an IVFFlat index missing (the scope grew past `ivf_rows`, or an
@@ -171,19 +182,21 @@ def stale_kinds(rows: int, hnsw_options: list[str] | None, ivf_options: list[str
     grown 4x since). Options are reloptions; None: no index (or none set)."""
     stale = []
     if sorted(hnsw_options or []) != _options():
-        stale.append("hnsw")
+        stale.append(IndexKind.HNSW)
     lists = next((int(o.split("=", 1)[1]) for o in ivf_options or [] if o.startswith("lists=")), 0)
-    if rows >= ivf_rows and lists * 2 < ivf_lists(rows):
-        stale.append("ivf")
+    if wants_ivf(rows, ivf_rows) and lists * 2 < ivf_lists(rows):
+        stale.append(IndexKind.IVF)
     return stale
 
 
-async def _ready_with_options(conn: asyncpg.Connection, scope: Scope | None = None) -> list[tuple[Scope, str, list[str] | None, list[str] | None]]:
-    """READY scopes (all, or `scope` alone), largest first, each with its HNSW index's name and
-    the reloptions of its HNSW and IVFFlat indexes (None: no such index, or one without options)."""
+async def _ready_with_options(
+    conn: asyncpg.Connection, scope: Scope | None = None
+) -> list[tuple[Scope, list[str] | None, list[str] | None]]:
+    """READY scopes (all, or `scope` alone), largest first, each with the reloptions of its HNSW
+    and IVFFlat indexes (None: no such index, or one without options)."""
     rows = await conn.fetch(
         """
-        SELECT i.project_id, i.subject_id, i.table_name, i.index_name,
+        SELECT i.project_id, i.subject_id, i.table_name,
                CASE i.table_name WHEN 'facts' THEN s.fact_rows ELSE s.chunk_rows END AS n
         FROM scope_vector_indexes i
         JOIN subjects s ON s.project_id = i.project_id AND s.subject_id = i.subject_id
@@ -193,29 +206,31 @@ async def _ready_with_options(conn: asyncpg.Connection, scope: Scope | None = No
         """,
         *((scope.project_id, scope.subject_id, scope.table) if scope else (None, None, None)),
     )
-    names = [r["index_name"] for r in rows] + [_ivf_name(r["index_name"]) for r in rows]
+    scopes = [Scope(r["project_id"], r["subject_id"], r["table_name"], r["n"]) for r in rows]
+    names = [
+        {kind: index_name(s.table, s.project_id, s.subject_id, kind) for kind in IndexKind} for s in scopes
+    ]
     options = {
         o["relname"]: o["reloptions"]
         for o in await conn.fetch(
             "SELECT relname, reloptions FROM pg_class"
             " WHERE relname = ANY($1::text[]) AND relnamespace = current_schema()::regnamespace",
-            names,
+            [name for by_kind in names for name in by_kind.values()],
         )
     }
     return [
-        (Scope(r["project_id"], r["subject_id"], r["table_name"], r["n"]), r["index_name"],
-         options.get(r["index_name"]), options.get(_ivf_name(r["index_name"])))
-        for r in rows
+        (s, options.get(by_kind[IndexKind.HNSW]), options.get(by_kind[IndexKind.IVF]))
+        for s, by_kind in zip(scopes, names)
     ]
 
 
 async def outdated(conn: asyncpg.Connection, ivf_rows: int = 0, limit: int = 100) -> list[Scope]:
     """READY scopes with an index to (re)build (`stale_kinds`), largest first."""
     ready_scopes = await _ready_with_options(conn)
-    return [scope for scope, _, hnsw, ivf in ready_scopes if stale_kinds(scope.rows, hnsw, ivf, ivf_rows)][:limit]
+    return [scope for scope, hnsw, ivf in ready_scopes if stale_kinds(scope.rows, hnsw, ivf, ivf_rows)][:limit]
 
 
-async def rebuild(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> list[str]:
+async def rebuild(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> list[IndexKind]:
     """Replace the scope's indexes that `stale_kinds` names by ones built with the current
     parameters; returns the kinds replaced.
 
@@ -226,14 +241,15 @@ async def rebuild(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> 
     found = await _ready_with_options(conn, scope)
     if not found:
         return []
-    current, name, hnsw, ivf = found[0]
+    current, hnsw, ivf = found[0]
     kinds = stale_kinds(current.rows, hnsw, ivf, ivf_rows)
     for kind in kinds:
-        await _replace(conn, kind, name if kind == "hnsw" else _ivf_name(name), current)
+        await _replace(conn, kind, current)
     return kinds
 
 
-async def _replace(conn: asyncpg.Connection, kind: str, name: str, scope: Scope) -> None:
+async def _replace(conn: asyncpg.Connection, kind: IndexKind, scope: Scope) -> None:
+    name = index_name(scope.table, scope.project_id, scope.subject_id, kind)
     next_name = f"{name}_next"
     old, new = await _validity(conn, name), await _validity(conn, next_name)
     if new is False:
@@ -258,11 +274,11 @@ async def _drop(conn: asyncpg.Connection, name: str) -> None:
     await conn.execute(await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name))
 
 
-async def _create_ddl(conn: asyncpg.Connection, kind: str, name: str, scope: Scope) -> str:
-    """CREATE INDEX CONCURRENTLY of the scope's index of `kind` ("hnsw" or "ivf") under `name`,
-    composed by the server."""
+async def _create_ddl(conn: asyncpg.Connection, kind: IndexKind, name: str, scope: Scope) -> str:
+    """CREATE INDEX CONCURRENTLY of the scope's index of `kind` under `name`, composed by the
+    server (the method and its parameters are this module's constants, never user text)."""
     _, extra = TABLES[scope.table]
-    if kind == "hnsw":
+    if kind is IndexKind.HNSW:
         method, params = "hnsw (embedding vector_cosine_ops)", f"m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}"
     else:
         method, params = "ivfflat (embedding_half halfvec_ip_ops)", f"lists = {ivf_lists(scope.rows)}"
