@@ -241,3 +241,22 @@ async def test_half_precision_vectors_are_generated_and_covered_by_a_scope_index
         assert "halfvec(384)" in row["generation_expression"]
     finally:
         await conn.close()
+
+
+async def test_full_text_indexes_keep_no_pending_list_after_writes(
+    client: GraphQLClient, migrated: str, subject: str
+) -> None:
+    # A GIN pending list is read whole by every word's lookup (migration 0010): writes must go
+    # straight into the posting lists, so none is queued after events and facts are recorded.
+    await record(client, subject, [f"Ann planned trip {i} to Lisbon with Bruno" for i in range(5)])
+    await assert_fact(client, subject, "home_city", "Lisbon")
+    conn = await asyncpg.connect(migrated)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        for index in ("facts_scoped_search", "episode_chunks_scoped_search"):
+            options = await conn.fetchval("SELECT reloptions FROM pg_class WHERE relname = $1", index)
+            assert "fastupdate=off" in (options or []), (index, options)
+            pending = await conn.fetchval("SELECT pending_tuples FROM pgstatginindex($1::regclass)", index)
+            assert pending == 0, (index, pending)
+    finally:
+        await conn.close()
