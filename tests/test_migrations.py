@@ -260,3 +260,25 @@ async def test_full_text_indexes_keep_no_pending_list_after_writes(
             assert pending == 0, (index, pending)
     finally:
         await conn.close()
+
+
+async def test_write_through_migration_flushes_what_earlier_writes_queued(
+    client: GraphQLClient, migrated: str, subject: str
+) -> None:
+    # A database migrated before 0010 carries a pending list: the migration must empty it, not
+    # only stop it growing (turning fastupdate off leaves the queued entries until a vacuum).
+    index = "episode_chunks_scoped_search"
+    (sql,) = [sql for name, sql in migrate.available() if name.startswith("0010_")]
+    conn = await asyncpg.connect(migrated)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+        await conn.execute(f"ALTER INDEX {index} SET (fastupdate = on)")
+        try:
+            await record(client, subject, [f"Bruno fixed bike {i} in Porto" for i in range(5)])
+            queued = await conn.fetchval("SELECT pending_tuples FROM pgstatginindex($1::regclass)", index)
+            assert queued > 0
+        finally:
+            await conn.execute(sql)
+        assert await conn.fetchval("SELECT pending_tuples FROM pgstatginindex($1::regclass)", index) == 0
+    finally:
+        await conn.close()
