@@ -6,8 +6,8 @@
 -- carries 0-4 MB of it and each word a candidates statement looks up pays for it: at 10,000
 -- episode chunks, after earlier benchmark runs had recorded their events (237 pending
 -- pages), each word's lookup read 241 pages instead of 4, and the episode statement took
--- 5.7 against 3.5 ms (p50, 150 questions) once the list was flushed. Written through, an insert updates the
--- posting lists at once (a few more page writes per row, off the read path).
+-- 5.7 against 3.5 ms (p50, 150 questions) once the list was flushed. Written through, an
+-- insert updates the posting lists at once (a few more page writes per row, off the read path).
 ALTER INDEX facts_scoped_search SET (fastupdate = off);
 ALTER INDEX episode_chunks_scoped_search SET (fastupdate = off);
 -- Turning fastupdate off keeps what is queued until the next vacuum: flush it now.
