@@ -53,10 +53,9 @@ import orjson
 
 from haki_context.app import create_app
 from haki_context.core.embedder import Embedder, encoder_for
-from haki_context.core.runtime import Runtime
+from haki_context.core.runtime import Runtime, open_pool
 from haki_context.core.texts import event_chunks
 from haki_context.db import embedded, migrate
-from haki_context.db.pool import create_pool
 from haki_context.settings import Settings
 
 from .locomo import CATEGORIES, MODES, Conversation, EventSpec, Question, events, load_conversations
@@ -214,15 +213,7 @@ async def open_server(config: Config, base: Settings, n_questions: int) -> Async
             stack.callback(server.close)
             dsn = server.uri
         await migrate.apply(dsn)
-        pool = await create_pool(
-            dsn,
-            min_size=1,
-            max_size=max(2, base.pool_max_size),
-            statement_timeout_ms=base.statement_timeout_ms,
-            hnsw_ef_search=base.hnsw_ef_search,
-            hnsw_max_scan_tuples=base.hnsw_max_scan_tuples,
-            ivf_probes=base.ivf_probes,
-        )
+        pool = await open_pool(dsn, base, min_size=1, max_size=max(2, base.pool_max_size))
         stack.push_async_callback(pool.close)
         inner = await asyncio.to_thread(encoder_for, base)
         encoder = MemoEncoder(inner, enabled=config.embed_cache)

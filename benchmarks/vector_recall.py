@@ -24,8 +24,8 @@ import numpy as np
 
 from haki_context.core import assembler
 from haki_context.core.embedder import Embedder, encoder_for
+from haki_context.core.runtime import open_pool
 from haki_context.db import retrieval
-from haki_context.db.pool import create_pool
 from haki_context.settings import Settings
 
 from .latency import EXACT_CHUNKS_SQL, EXACT_FACTS_SQL, PROJECT, SUBJECT, Questions
@@ -41,8 +41,7 @@ def _recall(got: list[float], exact: list[float]) -> float:
 async def measure(url: str, fetches: list[int], ef_search: int, queries: int, worst: int) -> None:
     s = Settings()
     embedder = Embedder(encoder_for(s))
-    pool = await create_pool(url, max_size=1, hnsw_ef_search=ef_search,
-                             hnsw_max_scan_tuples=s.hnsw_max_scan_tuples, ivf_probes=s.ivf_probes)
+    pool = await open_pool(url, s.model_copy(update={"hnsw_ef_search": ef_search}), min_size=1, max_size=1)
     now = datetime.now(timezone.utc)
     try:
         questions = Questions().take(queries)

@@ -23,10 +23,9 @@ from .core.assembler import warm_connections
 from .core.auth import Authenticator
 from .core.embedder import Embedder, encoder_for
 from .core.errors import HakiError, PayloadTooLarge
-from .core.runtime import Runtime
+from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
 from .db import embedded, migrate
-from .db.pool import create_pool
 from .resolvers.context import build_context
 from .schema import build_schema
 from .schema.errors import domain_error, format_error, http_status
@@ -159,16 +158,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         applied = await migrate.apply(dsn)
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
-        pool = await create_pool(
-            dsn,
-            min_size=settings.pool_min_size,
-            max_size=settings.pool_max_size,
-            idle_lifetime_s=settings.pool_idle_lifetime_s,
-            statement_timeout_ms=settings.statement_timeout_ms,
-            hnsw_ef_search=settings.hnsw_ef_search,
-            hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
-            ivf_probes=settings.ivf_probes,
-        )
+        pool = await open_pool(dsn, settings)
         stack.push_async_callback(pool.close)
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)

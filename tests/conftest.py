@@ -21,9 +21,9 @@ import pytest
 
 from haki_context.app import create_app
 from haki_context.core.embedder import Embedder, HashingEncoder, MiniLMEncoder
-from haki_context.core.runtime import Runtime
+from haki_context.core.runtime import Runtime, open_pool
 from haki_context.db import embedded, migrate
-from haki_context.db.pool import create_pool, init_connection, keep_session
+from haki_context.db.pool import init_connection, keep_session
 from haki_context.settings import EmbedProvider, Settings
 
 
@@ -55,15 +55,7 @@ def make_settings(pg_uri: str, **overrides: Any) -> Settings:
 
 
 async def open_runtime_for(pg_uri: str, settings: Settings, embedder: Embedder) -> Runtime:
-    pool = await create_pool(
-        pg_uri,
-        min_size=1,
-        max_size=8,
-        statement_timeout_ms=settings.statement_timeout_ms,
-        hnsw_ef_search=settings.hnsw_ef_search,
-        hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
-        ivf_probes=settings.ivf_probes,
-    )
+    pool = await open_pool(pg_uri, settings, min_size=1, max_size=8)
     return Runtime(pool=pool, embedder=embedder, settings=settings)
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from ..db.pool import create_pool
 from ..settings import Settings
 from .embedder import Embedder
 from .scope_indexes import OwnIndexHints
@@ -23,3 +24,21 @@ class Runtime:
     embedder: Embedder
     settings: Settings
     own_indexes: OwnIndexHints = field(default_factory=OwnIndexHints)
+
+
+async def open_pool(
+    dsn: str, settings: Settings, *, min_size: int | None = None, max_size: int | None = None
+) -> asyncpg.Pool:
+    """A pool on `dsn` whose connections carry the search settings of `settings` (HNSW and
+    IVFFlat depths, statement timeout) and its idle lifetime; sizes default to the settings'.
+    The one place those settings reach the pool: a new one is added here, not at each caller."""
+    return await create_pool(
+        dsn,
+        min_size=settings.pool_min_size if min_size is None else min_size,
+        max_size=settings.pool_max_size if max_size is None else max_size,
+        idle_lifetime_s=settings.pool_idle_lifetime_s,
+        statement_timeout_ms=settings.statement_timeout_ms,
+        hnsw_ef_search=settings.hnsw_ef_search,
+        hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
+        ivf_probes=settings.ivf_probes,
+    )

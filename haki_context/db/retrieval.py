@@ -217,6 +217,28 @@ lexical AS (
 FULL_TEXT_RANKS = {"cover_density": _cover_density, "idf": _idf}
 
 
+def _own_index_union(table: str, alias: str, key: str, where: str, k: str) -> str:
+    """A scope's vector top k through its own indexes (see "Vector search plan"): the HNSW scan,
+    over-fetched, united with the IVFFlat scan's top _IVF_ROWS where that index exists, re-sorted
+    by exact distance. `key`: the row's key columns, '@' standing for the alias; `where`: the
+    rows either scan may return (one condition for both, so they never disagree on it)."""
+    cols, plain = key.replace("@", alias + "."), key.replace("@", "")
+    return f"""hnsw_scan AS MATERIALIZED (
+    SELECT {cols}, {alias}.embedding <=> $3 AS d FROM {table} {alias}
+    WHERE {where}
+    ORDER BY {alias}.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
+),
+ivf_scan AS MATERIALIZED (
+    SELECT {cols}, {alias}.embedding <=> $3 AS d FROM {table} {alias}
+    WHERE to_regclass({_IVF_INDEX}) IS NOT NULL AND {where}
+    ORDER BY {alias}.embedding_half <#> $3::vector::halfvec(384) LIMIT {_IVF_ROWS}
+),
+vec AS (
+    SELECT {plain} FROM (SELECT {plain}, d FROM hnsw_scan UNION SELECT {plain}, d FROM ivf_scan) s
+    ORDER BY d + 0, {plain} LIMIT {k}
+),"""
+
+
 # The vector top k of each plan (see "Vector search plan"), as the CTE `vec`, after `size`.
 _FACT_VECTOR = {
     "exact": f"""half AS (SELECT $3::vector::halfvec(384) AS h),
@@ -226,20 +248,11 @@ vec AS (
         WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL OFFSET 0) s
     ORDER BY d, id LIMIT $6
 ),""",
-    "hnsw": f"""hnsw_scan AS MATERIALIZED (
-    SELECT f.id, f.embedding <=> $3 AS d FROM facts f
-    WHERE f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE}
-      AND f.open_conflict_id IS NULL
-    ORDER BY f.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
-),
-ivf_scan AS MATERIALIZED (
-    SELECT f.id, f.embedding <=> $3 AS d FROM facts f
-    WHERE to_regclass({_IVF_INDEX}) IS NOT NULL
-      AND f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE}
-      AND f.open_conflict_id IS NULL
-    ORDER BY f.embedding_half <#> $3::vector::halfvec(384) LIMIT {_IVF_ROWS}
-),
-vec AS (SELECT id FROM (SELECT id, d FROM hnsw_scan UNION SELECT id, d FROM ivf_scan) s ORDER BY d + 0, id LIMIT $6),""",
+    "hnsw": _own_index_union(
+        "facts", "f", "@id",
+        f"f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
+        "$6",
+    ),
 }
 _CHUNK_VECTOR = {
     "exact": f"""half AS (SELECT $3::vector::halfvec(384) AS h),
@@ -249,20 +262,9 @@ vec AS (
         WHERE {_CHUNK_SCOPE} OFFSET 0) s
     ORDER BY d, event_id, chunk LIMIT $5
 ),""",
-    "hnsw": f"""hnsw_scan AS MATERIALIZED (
-    SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
-    WHERE c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}
-    ORDER BY c.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
-),
-ivf_scan AS MATERIALIZED (
-    SELECT c.event_id, c.chunk, c.embedding <=> $3 AS d FROM episode_chunks c
-    WHERE to_regclass({_IVF_INDEX}) IS NOT NULL AND c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}
-    ORDER BY c.embedding_half <#> $3::vector::halfvec(384) LIMIT {_IVF_ROWS}
-),
-vec AS (
-    SELECT event_id, chunk FROM (SELECT event_id, chunk, d FROM hnsw_scan UNION SELECT event_id, chunk, d FROM ivf_scan) s
-    ORDER BY d + 0, event_id, chunk LIMIT $5
-),""",
+    "hnsw": _own_index_union(
+        "episode_chunks", "c", "@event_id, @chunk", f"c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}", "$5"
+    ),
 }
 
 

@@ -47,7 +47,7 @@ def ivf_lists(rows: int) -> int:
     """The IVFFlat lists of a scope of `rows` rows: sqrt(rows), so a search of a fixed number
     of lists (HAKI_IVF_PROBES) reads ~sqrt(rows) rows each (316 lists at 100,000 rows, 8 read:
     ~2,500 rows, 1.7 ms). Lists are k-means centroids of the rows at build time; past 4x the
-    rows (lists under half this figure) the index is rebuilt (`outdated`)."""
+    rows (lists under half this figure) the index is rebuilt (`stale_kinds`)."""
     return max(1, round(math.sqrt(rows)))
 
 
