@@ -16,7 +16,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from haki_context.core.assembler import assemble
@@ -59,7 +59,8 @@ async def run(turns: int, questions: int, provider: str) -> dict:
         rt_seed = replace(rt_new, settings=current.model_copy(update=SEED))
         for i in range(0, len(payloads), 200):
             await record_events(
-                rt_new, "bench",
+                rt_new,
+                "bench",
                 [EventInput("s", "conversation.message", p, at) for p, at in payloads[i : i + 200]],
             )
         async with pool.acquire() as conn:  # what autovacuum gives a server in use: statistics, visibility map
@@ -81,13 +82,22 @@ async def run(turns: int, questions: int, provider: str) -> dict:
         server.close()
     seed, new = statistics.median(times["seed"]), statistics.median(times["new"])
     breakdown = {
-        name: dict(zip(("embed_ms", "retrieve_ms", "pack_ms", "persist_ms"),
-                       (statistics.median(col) for col in zip(*rows))))
+        name: dict(
+            zip(("embed_ms", "retrieve_ms", "pack_ms", "persist_ms"), (statistics.median(col) for col in zip(*rows)))
+        )
         for name, rows in steps.items()
     }
-    return {"turns": turns, "questions_each": len(times["new"]), "embedder": provider, "p50_breakdown": breakdown,
-            "seed_p50_ms": seed, "new_p50_ms": new, "ratio": new / seed,
-            "seed_settings": SEED, "at": datetime.now(timezone.utc).isoformat()}
+    return {
+        "turns": turns,
+        "questions_each": len(times["new"]),
+        "embedder": provider,
+        "p50_breakdown": breakdown,
+        "seed_p50_ms": seed,
+        "new_p50_ms": new,
+        "ratio": new / seed,
+        "seed_settings": SEED,
+        "at": datetime.now(UTC).isoformat(),
+    }
 
 
 def main() -> None:
@@ -98,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     result = asyncio.run(run(args.turns, args.questions, args.embedder))
     print(json.dumps(result, indent=2))
-    out = Path("benchmarks/results") / f"defaults-latency-{args.embedder}-{datetime.now(timezone.utc).date()}.json"
+    out = Path("benchmarks/results") / f"defaults-latency-{args.embedder}-{datetime.now(UTC).date()}.json"
     out.write_text(json.dumps(result, indent=2))
 
 

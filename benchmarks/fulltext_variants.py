@@ -82,7 +82,9 @@ async def compute(dump: dict[str, Any], data_dir: Path) -> None:
                 names = [
                     lexeme
                     for s in conv.speakers
-                    for lexeme in await conn.fetchval("SELECT array(SELECT lexeme FROM unnest(to_tsvector('english', $1)))", s)
+                    for lexeme in await conn.fetchval(
+                        "SELECT array(SELECT lexeme FROM unnest(to_tsvector('english', $1)))", s
+                    )
                 ]
                 got = await conn.fetch(_QUERY, q["conversation"], q["question"], names)
                 cache[key] = {r["dia_id"]: {v: float(r[v]) for v in VARIANTS} for r in got}

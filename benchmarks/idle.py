@@ -77,15 +77,18 @@ async def compare(dsn: str, pairs: int, idle_s: float, budget: int) -> dict[str,
         "pairs": pairs,
         "budget": budget,
         "sides": sides,
-        **{name: {"p50_ms": statistics.median(v), "mean_ms": statistics.mean(v), "calls_ms": v}
-           for name, v in times.items()},
+        **{
+            name: {"p50_ms": statistics.median(v), "mean_ms": statistics.mean(v), "calls_ms": v}
+            for name, v in times.items()
+        },
         "closing_minus_ours_median_ms": statistics.median(diffs),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.idle", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.idle", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--database-url", required=True, help="a database holding the latency benchmark's subject")
     p.add_argument("--pairs", type=int, default=14)
     p.add_argument("--idle", type=float, default=2.0, help="seconds idle before each call")
@@ -95,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     result = asyncio.run(compare(a.database_url, a.pairs, a.idle, a.budget))
     result["command"] = " ".join(["python -m benchmarks.idle", *(sys.argv[1:] if argv is None else argv)])
     for name in ("ours", "closing"):
-        print(f"{name:8s} after {a.idle:g} s idle: p50 {result[name]['p50_ms']:.1f} ms, "
-              f"mean {result[name]['mean_ms']:.1f} ms")
+        print(
+            f"{name:8s} after {a.idle:g} s idle: p50 {result[name]['p50_ms']:.1f} ms, "
+            f"mean {result[name]['mean_ms']:.1f} ms"
+        )
     print(f"closing - ours, median of {a.pairs} pairs: {result['closing_minus_ours_median_ms']:+.1f} ms")
     if a.out:
         a.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -105,4 +110,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -56,7 +56,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -70,15 +70,15 @@ from haki_context.app import open_runtime
 from haki_context.core import assembler
 from haki_context.core.assembler import assemble
 from haki_context.core.runtime import Runtime
-from haki_context.core.texts import event_chunks
 from haki_context.core.scope_indexes import build_pending
+from haki_context.core.texts import event_chunks
 from haki_context.db import embedded, retrieval, scope_indexes
 from haki_context.settings import Settings
 
 from . import latency_texts
 from .latency_report import missing_figures, plot, table
-from .lean_http import LeanClient
 from .latency_seed import EmbeddingCache, build_corpus, embed_cached, seed
+from .lean_http import LeanClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -194,15 +194,23 @@ class Config:
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.latency", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--n", default=None, help="comma-separated subject sizes (default 1000,10000; 100000 opt-in)")
     p.add_argument("--smoke", action="store_true", help="N = 200, a few queries of each kind")
-    p.add_argument("--embedder", choices=["onnx", "onnx-fp32", "minilm", "hashing"], default=Settings().embed_provider.value,
-                   help="default: the server's (onnx); hashing: a fast stand-in for smoke runs (it knows no meaning)")
-    p.add_argument("--database-url", default=None,
-                   help="a PostgreSQL server to use instead of a fresh embedded one (one database per N is "
-                        "created on it, dropped afterwards unless --keep)")
+    p.add_argument(
+        "--embedder",
+        choices=["onnx", "onnx-fp32", "minilm", "hashing"],
+        default=Settings().embed_provider.value,
+        help="default: the server's (onnx); hashing: a fast stand-in for smoke runs (it knows no meaning)",
+    )
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="a PostgreSQL server to use instead of a fresh embedded one (one database per N is "
+        "created on it, dropped afterwards unless --keep)",
+    )
     p.add_argument("--queries", type=int, default=None, help="in-process calls per N (default 200)")
     p.add_argument("--http-queries", type=int, default=None, help="HTTP agent-selection calls per N (200)")
     p.add_argument("--debug-queries", type=int, default=None, help="HTTP debugging-selection calls per N (100)")
@@ -219,18 +227,46 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--maintenance-work-mem", default="1GB", help="for the HNSW rebuild after the load")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="a haki_context Settings field, for the in-process runtime and the server alike")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a haki_context Settings field, for the in-process runtime and the server alike",
+    )
     p.add_argument("--keep", action="store_true", help="with --database-url: keep the benchmark databases")
-    p.add_argument("--reuse", action="store_true",
-                   help="with --database-url: measure on a kept database of the same N instead of seeding anew")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --database-url: measure on a kept database of the same N instead of seeding anew",
+    )
     a = p.parse_args(argv)
     smoke = a.smoke
-    defaults = dict(queries=6, http_queries=6, debug_queries=4, concurrent_calls=16, sql_pairs=6, warmup=2,
-                    ingest=100, idle_calls=2, idle=0.2) if smoke else dict(queries=200, http_queries=200,
-                                                                           debug_queries=100, concurrent_calls=320,
-                                                                           sql_pairs=100, warmup=10, ingest=1000,
-                                                                           idle_calls=10, idle=2.0)
+    defaults = (
+        dict(
+            queries=6,
+            http_queries=6,
+            debug_queries=4,
+            concurrent_calls=16,
+            sql_pairs=6,
+            warmup=2,
+            ingest=100,
+            idle_calls=2,
+            idle=0.2,
+        )
+        if smoke
+        else dict(
+            queries=200,
+            http_queries=200,
+            debug_queries=100,
+            concurrent_calls=320,
+            sql_pairs=100,
+            warmup=10,
+            ingest=1000,
+            idle_calls=10,
+            idle=2.0,
+        )
+    )
 
     def pick(name: str) -> Any:
         value = getattr(a, name)
@@ -244,12 +280,30 @@ def parse_args(argv: list[str] | None = None) -> Config:
             p.error(f"--set {item!r}: expected NAME=VALUE with NAME a Settings field")
         overrides[name] = value
     return Config(
-        ns=ns, embedder=a.embedder, database_url=a.database_url, queries=pick("queries"),
-        http_queries=pick("http_queries"), debug_queries=pick("debug_queries"), concurrency=a.concurrency,
-        concurrent_calls=pick("concurrent_calls"), sql_pairs=pick("sql_pairs"), warmup=pick("warmup"),
-        ingest=pick("ingest"), idle_calls=pick("idle_calls"), idle_s=pick("idle"), ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
-        budget=a.budget, sigma=a.sigma, maintenance_work_mem=a.maintenance_work_mem, cache_dir=a.cache_dir,
-        out=a.out, overrides=overrides, smoke=smoke, keep=a.keep, reuse=a.reuse, argv=list(sys.argv if argv is None else argv),
+        ns=ns,
+        embedder=a.embedder,
+        database_url=a.database_url,
+        queries=pick("queries"),
+        http_queries=pick("http_queries"),
+        debug_queries=pick("debug_queries"),
+        concurrency=a.concurrency,
+        concurrent_calls=pick("concurrent_calls"),
+        sql_pairs=pick("sql_pairs"),
+        warmup=pick("warmup"),
+        ingest=pick("ingest"),
+        idle_calls=pick("idle_calls"),
+        idle_s=pick("idle"),
+        ingest_batch=a.ingest_batch if not (smoke and a.ingest_batch == 200) else 50,
+        budget=a.budget,
+        sigma=a.sigma,
+        maintenance_work_mem=a.maintenance_work_mem,
+        cache_dir=a.cache_dir,
+        out=a.out,
+        overrides=overrides,
+        smoke=smoke,
+        keep=a.keep,
+        reuse=a.reuse,
+        argv=list(sys.argv if argv is None else argv),
     )
 
 
@@ -259,13 +313,26 @@ def parse_args(argv: list[str] | None = None) -> Config:
 def dist(values: list[float]) -> dict[str, float]:
     """p50/p95/p99, mean, min, max of milliseconds (or any figure)."""
     if not values:
-        return {"count": 0, "p50": math.nan, "p95": math.nan, "p99": math.nan, "mean": math.nan,
-                "min": math.nan, "max": math.nan}
+        return {
+            "count": 0,
+            "p50": math.nan,
+            "p95": math.nan,
+            "p99": math.nan,
+            "mean": math.nan,
+            "min": math.nan,
+            "max": math.nan,
+        }
     a = np.asarray(values, dtype=np.float64)
     p50, p95, p99 = np.percentile(a, [50, 95, 99])
-    return {"count": len(values), "p50": round(float(p50), 3), "p95": round(float(p95), 3),
-            "p99": round(float(p99), 3), "mean": round(float(a.mean()), 3), "min": round(float(a.min()), 3),
-            "max": round(float(a.max()), 3)}
+    return {
+        "count": len(values),
+        "p50": round(float(p50), 3),
+        "p95": round(float(p95), 3),
+        "p99": round(float(p99), 3),
+        "mean": round(float(a.mean()), 3),
+        "min": round(float(a.min()), 3),
+        "max": round(float(a.max()), 3),
+    }
 
 
 def _ms(since: float) -> float:
@@ -315,8 +382,9 @@ async def seeded(base: str, name: str, n: int) -> bool:
         await conn.close()
     conn = await asyncpg.connect(database_dsn(base, name))
     try:
-        rows = await conn.fetchval("SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2",
-                                   PROJECT, SUBJECT)
+        rows = await conn.fetchval(
+            "SELECT fact_rows FROM subjects WHERE project_id = $1 AND subject_id = $2", PROJECT, SUBJECT
+        )
         if rows != n:
             return False
         # The ingestion phase writes into a subject of its own: start it empty again.
@@ -331,10 +399,11 @@ async def keep_seed_report(dsn: str, report: dict[str, Any]) -> None:
     """Keep the seed's figures with the database (its comment), for a later --reuse run to report."""
     conn = await asyncpg.connect(dsn)
     try:
-        text = json.dumps({**report, "seeded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        text = json.dumps({**report, "seeded_at": datetime.now(UTC).isoformat(timespec="seconds")})
         literal = await conn.fetchval("SELECT quote_literal($1::text)", text)
-        await conn.execute(f"COMMENT ON DATABASE {await conn.fetchval('SELECT quote_ident(current_database())')}"
-                           f" IS {literal}")
+        await conn.execute(
+            f"COMMENT ON DATABASE {await conn.fetchval('SELECT quote_ident(current_database())')} IS {literal}"
+        )
     finally:
         await conn.close()
 
@@ -342,8 +411,9 @@ async def keep_seed_report(dsn: str, report: dict[str, Any]) -> None:
 async def seed_report_of(dsn: str) -> dict[str, Any]:
     conn = await asyncpg.connect(dsn)
     try:
-        text = await conn.fetchval("SELECT shobj_description(oid, 'pg_database') FROM pg_database"
-                                   " WHERE datname = current_database()")
+        text = await conn.fetchval(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = current_database()"
+        )
     finally:
         await conn.close()
     return json.loads(text) if text else {}
@@ -409,10 +479,21 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
     async with rt.pool.acquire() as conn:
         for i, q in enumerate(questions):
             vector = await rt.embedder.embed_query(q)
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             p = search_params(rt, SUBJECT, vector, q, now)
-            args = (PROJECT, SUBJECT, vector, q, now, s.max_query_lexemes, s.weight_similarity,
-                    s.weight_full_text, s.weight_recency, s.recency_tau_days * 86400.0, s.retrieval_top_k)
+            args = (
+                PROJECT,
+                SUBJECT,
+                vector,
+                q,
+                now,
+                s.max_query_lexemes,
+                s.weight_similarity,
+                s.weight_full_text,
+                s.weight_recency,
+                s.recency_tau_days * 86400.0,
+                s.retrieval_top_k,
+            )
 
             async def run_ours() -> float:
                 t = time.perf_counter()
@@ -446,14 +527,14 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
             vec_only = dataclasses.replace(p, query="")
             found = await retrieval.fact_candidates(conn, vec_only, s.retrieval_top_k, s.blocked_trace_limit)
             got = [row.distance for row, _ in found.candidates]
-            exact = [r["d"] for r in await conn.fetch(EXACT_FACTS_SQL, PROJECT, SUBJECT, vector, now,
-                                                      s.retrieval_top_k)]
+            exact = [
+                r["d"] for r in await conn.fetch(EXACT_FACTS_SQL, PROJECT, SUBJECT, vector, now, s.retrieval_top_k)
+            ]
             if exact:
                 fact_recall.append(sum(d <= exact[-1] + 1e-6 for d in got) / len(exact))
                 fact_full.append(len(got) >= len(exact))
             chunks = (await retrieval.episode_candidates(conn, vec_only, s.episode_top_k, 0)).chunks
-            exact_c = [r["d"] for r in await conn.fetch(EXACT_CHUNKS_SQL, PROJECT, SUBJECT, vector,
-                                                        s.episode_top_k)]
+            exact_c = [r["d"] for r in await conn.fetch(EXACT_CHUNKS_SQL, PROJECT, SUBJECT, vector, s.episode_top_k)]
             if exact_c:
                 chunk_recall.append(sum(c.distance <= exact_c[-1] + 1e-6 for c in chunks) / len(exact_c))
                 chunk_full.append(len(chunks) >= len(exact_c))
@@ -463,9 +544,11 @@ async def measure_sql(rt: Runtime, cfg: Config, qs: Questions) -> tuple[dict[str
         "ours_fact_candidates_ms": dist(ours),
         "naive_full_scan_ms": dist(naive),
         "episode_candidates_ms": dist(episodes_sql),
-        "ratio_ours_over_naive": {"p50_of_ratios": round(float(np.median(ratios)), 4),
-                                  "ratio_of_p50s": round(p50_ours / p50_naive, 4),
-                                  "speedup_p50": round(p50_naive / p50_ours, 2)},
+        "ratio_ours_over_naive": {
+            "p50_of_ratios": round(float(np.median(ratios)), 4),
+            "ratio_of_p50s": round(p50_ours / p50_naive, 4),
+            "speedup_p50": round(p50_naive / p50_ours, 2),
+        },
         "fact_candidate_rows_mean": float(np.mean(rows_back)) if rows_back else 0.0,
         "query_cache": {"hits": hits, "misses": misses, "hit_rate": hits / max(1, hits + misses)},
     }
@@ -511,10 +594,15 @@ class Server:
 
     async def start(self) -> None:
         env = dict(os.environ)
-        env.update({
-            "HAKI_DATABASE_URL": self.dsn, "HAKI_DEV_MODE": "1", "HAKI_HOST": "127.0.0.1",
-            "HAKI_PORT": str(self.port), "HAKI_EMBED_PROVIDER": self.cfg.embedder,
-        })
+        env.update(
+            {
+                "HAKI_DATABASE_URL": self.dsn,
+                "HAKI_DEV_MODE": "1",
+                "HAKI_HOST": "127.0.0.1",
+                "HAKI_PORT": str(self.port),
+                "HAKI_EMBED_PROVIDER": self.cfg.embedder,
+            }
+        )
         env.pop("HAKI_TRACE_RETENTION_DAYS", None)
         for name, value in self.cfg.overrides.items():
             env[f"HAKI_{name.upper()}"] = value
@@ -522,7 +610,10 @@ class Server:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "haki_context.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=self.root,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
         self._sampler = asyncio.create_task(self._sample())
         async with httpx.AsyncClient(timeout=5.0) as client:
@@ -585,10 +676,13 @@ class Server:
                     await asyncio.to_thread(self.proc.wait)
         self._log.close()
         peak = max(self.peak_rss, hwm or 0)
-        return {"startup_s": round(self.startup_s, 2), "rss_ready_mb": round(self.ready_rss / 2**20, 1),
-                "peak_rss_sampled_mb": round(self.peak_rss / 2**20, 1),
-                "peak_rss_vmhwm_mb": round(hwm / 2**20, 1) if hwm else None,
-                "peak_rss_mb": round(peak / 2**20, 1)}
+        return {
+            "startup_s": round(self.startup_s, 2),
+            "rss_ready_mb": round(self.ready_rss / 2**20, 1),
+            "peak_rss_sampled_mb": round(self.peak_rss / 2**20, 1),
+            "peak_rss_vmhwm_mb": round(hwm / 2**20, 1) if hwm else None,
+            "peak_rss_mb": round(peak / 2**20, 1),
+        }
 
 
 def _free_port() -> int:
@@ -620,7 +714,10 @@ async def trace_rows(rt: Runtime, ids: list[str]) -> dict[str, dict[str, float]]
     async with rt.pool.acquire() as conn:
         rows = await conn.fetch(
             "SELECT id, embed_ms, retrieve_ms, pack_ms, persist_ms, total_ms FROM context_traces"
-            " WHERE project_id = $1 AND id = ANY($2::uuid[])", PROJECT, ids)
+            " WHERE project_id = $1 AND id = ANY($2::uuid[])",
+            PROJECT,
+            ids,
+        )
     return {str(r["id"]): dict(r) for r in rows}
 
 
@@ -646,8 +743,10 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
         for q in qs.take(cfg.http_queries):
             ms, data = await graphql(client, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
             calls.append((ms, data["context"]["traceId"]))
-        out["agent"] = {"latency_ms": dist([ms for ms, _ in calls]),
-                        **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
+        out["agent"] = {
+            "latency_ms": dist([ms for ms, _ in calls]),
+            **server_side(calls, await trace_rows(rt, [i for _, i in calls])),
+        }
 
         # The same selection through httpx, the client most Python agents call through.
         async with httpx.AsyncClient(base_url=server.url, timeout=120.0) as hx:
@@ -657,8 +756,10 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
             for q in qs.take(cfg.http_queries):
                 ms, data = await graphql(hx, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
                 calls.append((ms, data["context"]["traceId"]))
-        out["agent_httpx"] = {"latency_ms": dist([ms for ms, _ in calls]),
-                              **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
+        out["agent_httpx"] = {
+            "latency_ms": dist([ms for ms, _ in calls]),
+            **server_side(calls, await trace_rows(rt, [i for _, i in calls])),
+        }
 
         for q in qs.take(max(1, cfg.warmup // 2)):
             await graphql(client, DEBUG_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
@@ -667,9 +768,11 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
             ms, data = await graphql(client, DEBUG_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
             calls.append((ms, data["context"]["traceId"]))
             decisions.append(len(data["context"]["trace"]["decisions"]))
-        out["debug"] = {"latency_ms": dist([ms for ms, _ in calls]),
-                        "decisions_mean": float(np.mean(decisions)) if decisions else 0.0,
-                        **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
+        out["debug"] = {
+            "latency_ms": dist([ms for ms, _ in calls]),
+            "decisions_mean": float(np.mean(decisions)) if decisions else 0.0,
+            **server_side(calls, await trace_rows(rt, [i for _, i in calls])),
+        }
     finally:
         await client.aclose()
     return out
@@ -683,8 +786,12 @@ async def measure_concurrent(rt: Runtime, server: Server, cfg: Config, qs: Quest
     clients = [LeanClient(server.url) for _ in range(cfg.concurrency)]
     try:
         # One warm-up call per client opens its connection.
-        await asyncio.gather(*(graphql(c, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
-                               for c, q in zip(clients, qs.take(cfg.concurrency))))
+        await asyncio.gather(
+            *(
+                graphql(c, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
+                for c, q in zip(clients, qs.take(cfg.concurrency))
+            )
+        )
 
         async def worker(client: LeanClient) -> None:
             while True:
@@ -701,9 +808,14 @@ async def measure_concurrent(rt: Runtime, server: Server, cfg: Config, qs: Quest
     finally:
         for c in clients:
             await c.aclose()
-    return {"clients": cfg.concurrency, "calls": len(calls), "wall_s": round(wall, 3),
-            "throughput_calls_per_s": round(len(calls) / wall, 2), "latency_ms": dist([ms for ms, _ in calls]),
-            **server_side(calls, await trace_rows(rt, [i for _, i in calls]))}
+    return {
+        "clients": cfg.concurrency,
+        "calls": len(calls),
+        "wall_s": round(wall, 3),
+        "throughput_calls_per_s": round(len(calls) / wall, 2),
+        "latency_ms": dist([ms for ms, _ in calls]),
+        **server_side(calls, await trace_rows(rt, [i for _, i in calls])),
+    }
 
 
 # --- ingestion
@@ -716,8 +828,10 @@ async def measure_ingestion(rt: Runtime, server: Server, cfg: Config, n: int) ->
     texts = [c.text for e in specs for c in event_chunks(e.kind, e.payload, limit)]
 
     def inputs(batch: list[latency_texts.EventSpec]) -> list[dict[str, Any]]:
-        return [{"subjectId": INGEST_SUBJECT, "kind": e.kind, "payload": e.payload,
-                 "occurredAt": e.occurred_at.isoformat()} for e in batch]
+        return [
+            {"subjectId": INGEST_SUBJECT, "kind": e.kind, "payload": e.payload, "occurredAt": e.occurred_at.isoformat()}
+            for e in batch
+        ]
 
     async def raw() -> float:
         t = time.perf_counter()
@@ -738,12 +852,21 @@ async def measure_ingestion(rt: Runtime, server: Server, cfg: Config, n: int) ->
     raw_after = await raw()
     events_per_s = len(specs) / wall
     raw_mean = (raw_before + raw_after) / 2
-    return {"events": len(specs), "chunks": len(texts), "batch": cfg.ingest_batch, "wall_s": round(wall, 3),
-            "events_per_s": round(events_per_s, 1), "chunks_per_s": round(len(texts) / wall, 1),
-            "batch_ms": dist(batches),
-            "raw_embedder_texts_per_s": {"before": round(raw_before, 1), "after": round(raw_after, 1),
-                                         "mean": round(raw_mean, 1)},
-            "ratio_to_raw_embedder": round(events_per_s / raw_mean, 3)}
+    return {
+        "events": len(specs),
+        "chunks": len(texts),
+        "batch": cfg.ingest_batch,
+        "wall_s": round(wall, 3),
+        "events_per_s": round(events_per_s, 1),
+        "chunks_per_s": round(len(texts) / wall, 1),
+        "batch_ms": dist(batches),
+        "raw_embedder_texts_per_s": {
+            "before": round(raw_before, 1),
+            "after": round(raw_after, 1),
+            "mean": round(raw_mean, 1),
+        },
+        "ratio_to_raw_embedder": round(events_per_s / raw_mean, 3),
+    }
 
 
 # --- one N
@@ -761,8 +884,13 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             # What the server's background pass would do for this code: build missing scope
             # indexes, refresh the common-lexeme lists.
             t = time.perf_counter()
-            await build_pending(rt.pool, settings.scope_index_rows, ivf_rows=settings.ivf_index_rows,
-                                build_memory=cfg.maintenance_work_mem, lexeme_rows=settings.full_text_lexeme_rows)
+            await build_pending(
+                rt.pool,
+                settings.scope_index_rows,
+                ivf_rows=settings.ivf_index_rows,
+                build_memory=cfg.maintenance_work_mem,
+                lexeme_rows=settings.full_text_lexeme_rows,
+            )
             result["seed"]["maintenance_s"] = round(time.perf_counter() - t, 2)
         else:
             log(f"N={n}: corpus and embeddings ({rt.embedder.name})")
@@ -771,21 +899,45 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
             fact_vectors, fact_info = await embed_cached(cache, corpus.fact_texts, rt.embedder.embed_many, log=log)
             chunk_vectors, chunk_info = await embed_cached(cache, corpus.chunk_texts, rt.embedder.embed_many, log=log)
             log(f"N={n}: loading {n} facts and {n} events x 10 subjects")
-            report = await seed(dsn, project_id=PROJECT, subject_id=SUBJECT, others=OTHERS, corpus=corpus,
-                                fact_vectors=fact_vectors, chunk_vectors=chunk_vectors, sigma=cfg.sigma,
-                                maintenance_work_mem=cfg.maintenance_work_mem, log=log)
+            report = await seed(
+                dsn,
+                project_id=PROJECT,
+                subject_id=SUBJECT,
+                others=OTHERS,
+                corpus=corpus,
+                fact_vectors=fact_vectors,
+                chunk_vectors=chunk_vectors,
+                sigma=cfg.sigma,
+                maintenance_work_mem=cfg.maintenance_work_mem,
+                log=log,
+            )
             # As the server does in the background: an HNSW index for every scope past scope_index_rows.
             t = time.perf_counter()
-            built = await build_pending(rt.pool, settings.scope_index_rows, ivf_rows=settings.ivf_index_rows,
-                                        build_memory=cfg.maintenance_work_mem,
-                                        lexeme_rows=settings.full_text_lexeme_rows)
+            built = await build_pending(
+                rt.pool,
+                settings.scope_index_rows,
+                ivf_rows=settings.ivf_index_rows,
+                build_memory=cfg.maintenance_work_mem,
+                lexeme_rows=settings.full_text_lexeme_rows,
+            )
             report.timings_s["create_scope_indexes"] = round(time.perf_counter() - t, 2)
-            report.hnsw_indexes.update({scope_indexes.index_name(b.table, b.project_id, b.subject_id):
-                                        f"{b.table} of {b.subject_id} ({b.rows} rows)" for b in built or []})
+            report.hnsw_indexes.update(
+                {
+                    scope_indexes.index_name(
+                        b.table, b.project_id, b.subject_id
+                    ): f"{b.table} of {b.subject_id} ({b.rows} rows)"
+                    for b in built or []
+                }
+            )
             log(f"  built {len(built or [])} scope indexes in {report.timings_s['create_scope_indexes']:.1f} s")
-            result["seed"] = {"rows": report.rows, "timings_s": report.timings_s, "hnsw_indexes": report.hnsw_indexes,
-                              "embedding": {"facts": fact_info, "chunks": chunk_info}, "sigma": cfg.sigma,
-                              "subjects": len(report.subjects)}
+            result["seed"] = {
+                "rows": report.rows,
+                "timings_s": report.timings_s,
+                "hnsw_indexes": report.hnsw_indexes,
+                "embedding": {"facts": fact_info, "chunks": chunk_info},
+                "sigma": cfg.sigma,
+                "subjects": len(report.subjects),
+            }
             await keep_seed_report(dsn, result["seed"])
         await rt.pool.expire_connections()  # fresh connections see the rebuilt indexes and statistics
 
@@ -816,8 +968,7 @@ async def run_n(cfg: Config, n: int, dsn: str, qs: Questions, workdir: Path, *, 
         finally:
             result["server"] = await server.stop()
         async with rt.pool.acquire() as conn:
-            result["database_mb"] = round(await conn.fetchval("SELECT pg_database_size(current_database())")
-                                          / 2**20, 1)
+            result["database_mb"] = round(await conn.fetchval("SELECT pg_database_size(current_database())") / 2**20, 1)
     return result
 
 
@@ -831,16 +982,21 @@ def machine() -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    info: dict[str, Any] = {"cpus": os.cpu_count(), "cpu_model": model, "platform": platform.platform(),
-                            "python": platform.python_version(),
-                            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1)}
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+    }
     with contextlib.suppress(Exception):
         import torch
 
         info["torch"] = torch.__version__
     with contextlib.suppress(Exception):
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                                            text=True, timeout=10).stdout.strip()
+        info["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     return info
 
 
@@ -848,8 +1004,13 @@ async def postgres_info(dsn: str) -> dict[str, Any]:
     conn = await asyncpg.connect(dsn)
     try:
         out = {"version": await conn.fetchval("SHOW server_version")}
-        for name in ("shared_buffers", "work_mem", "effective_cache_size", "max_parallel_workers_per_gather",
-                     "max_parallel_maintenance_workers"):
+        for name in (
+            "shared_buffers",
+            "work_mem",
+            "effective_cache_size",
+            "max_parallel_workers_per_gather",
+            "max_parallel_maintenance_workers",
+        ):
             out[name] = await conn.fetchval(f"SHOW {name}")
         with contextlib.suppress(asyncpg.PostgresError):
             out["pgvector"] = await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
@@ -862,12 +1023,13 @@ async def run(cfg: Config) -> dict[str, Any]:
     started = time.perf_counter()
     result: dict[str, Any] = {
         "benchmark": "latency",
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", "-m", "benchmarks.latency", *cfg.argv[1:]]) if cfg.argv else "",
         "loadavg_start": list(os.getloadavg()),
         "machine": machine(),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()
-                   if k != "argv"},
+        "config": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items() if k != "argv"
+        },
         "runs": [],
     }
     workdir = Path(tempfile.mkdtemp(prefix="haki-latency-"))
@@ -894,10 +1056,23 @@ async def run(cfg: Config) -> dict[str, Any]:
             await asyncio.to_thread(pg.close)
         shutil.rmtree(workdir, ignore_errors=True)
     s = Settings(**cfg.overrides)
-    result["settings"] = {k: getattr(s, k) for k in (
-        "scope_index_rows", "hnsw_ef_search", "hnsw_max_scan_tuples", "hnsw_fetch_rows", "ivf_index_rows",
-        "ivf_probes", "retrieval_top_k", "episode_top_k", "embed_threads", "embed_query_threads", "embed_batch_size",
-        "pool_max_size")}
+    result["settings"] = {
+        k: getattr(s, k)
+        for k in (
+            "scope_index_rows",
+            "hnsw_ef_search",
+            "hnsw_max_scan_tuples",
+            "hnsw_fetch_rows",
+            "ivf_index_rows",
+            "ivf_probes",
+            "retrieval_top_k",
+            "episode_top_k",
+            "embed_threads",
+            "embed_query_threads",
+            "embed_batch_size",
+            "pool_max_size",
+        )
+    }
     result["distinct_questions_used"] = qs.used
     result["loadavg_end"] = list(os.getloadavg())
     result["wall_s"] = round(time.perf_counter() - started, 1)
@@ -906,7 +1081,7 @@ async def run(cfg: Config) -> dict[str, Any]:
 
 def write(result: dict[str, Any], cfg: Config) -> dict[str, Path]:
     cfg.out.mkdir(parents=True, exist_ok=True)
-    stem = f"latency-{'smoke-' if cfg.smoke else ''}{datetime.now(timezone.utc).date().isoformat()}"
+    stem = f"latency-{'smoke-' if cfg.smoke else ''}{datetime.now(UTC).date().isoformat()}"
     paths = {"json": cfg.out / f"{stem}.json", "md": cfg.out / f"{stem}.md", "png": cfg.out / f"{stem}.png"}
     paths["json"].write_text(json.dumps(result, indent=2, default=str))
     paths["md"].write_text(table(result, plot_name=paths["png"].name))

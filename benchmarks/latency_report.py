@@ -10,18 +10,29 @@ from typing import Any
 RUN_FIGURES = [
     *(f"in_process.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     *(f"in_process.breakdown_ms.{k}.p50" for k in ("embed", "retrieve", "pack", "persist", "total")),
-    "in_process.query_cache.hit_rate", "in_process.after_idle_ms.p50",
+    "in_process.query_cache.hit_rate",
+    "in_process.after_idle_ms.p50",
     *(f"http.agent.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     *(f"http.agent_httpx.latency_ms.{p}" for p in ("p50", "p95", "p99")),
-    "http.agent.overhead_ms.p50", "http.agent.query_cache_inferred.hit_rate",
+    "http.agent.overhead_ms.p50",
+    "http.agent.query_cache_inferred.hit_rate",
     *(f"http.debug.latency_ms.{p}" for p in ("p50", "p95", "p99")),
-    "http.debug.overhead_ms.p50", "http.debug.decisions_mean",
+    "http.debug.overhead_ms.p50",
+    "http.debug.decisions_mean",
     *(f"concurrent.latency_ms.{p}" for p in ("p50", "p95", "p99")),
     "concurrent.throughput_calls_per_s",
-    "sql.ours_fact_candidates_ms.p50", "sql.naive_full_scan_ms.p50", "sql.episode_candidates_ms.p50",
-    "sql.ratio_ours_over_naive.p50_of_ratios", "sql.ratio_ours_over_naive.ratio_of_p50s",
-    "recall.facts_mean", "recall.episodes_mean", "recall.facts_below_0_9", "recall.episodes_below_0_9",
-    "ingestion.events_per_s", "ingestion.raw_embedder_texts_per_s.mean", "ingestion.ratio_to_raw_embedder",
+    "sql.ours_fact_candidates_ms.p50",
+    "sql.naive_full_scan_ms.p50",
+    "sql.episode_candidates_ms.p50",
+    "sql.ratio_ours_over_naive.p50_of_ratios",
+    "sql.ratio_ours_over_naive.ratio_of_p50s",
+    "recall.facts_mean",
+    "recall.episodes_mean",
+    "recall.facts_below_0_9",
+    "recall.episodes_below_0_9",
+    "ingestion.events_per_s",
+    "ingestion.raw_embedder_texts_per_s.mean",
+    "ingestion.ratio_to_raw_embedder",
     "server.peak_rss_mb",
 ]
 TOP_FIGURES = ["wall_s", "loadavg_start", "loadavg_end"]
@@ -67,54 +78,91 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
         out.append((label, [fn(r) for r in result["runs"]]))
 
     add("(a) in-process `assemble`, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "in_process.latency_ms")))
-    add("(a) the same, each call after idle (s), p50 / p95 / p99 ms",
-        lambda r: _ppp(get(r, "in_process.after_idle_ms")) + f" ({_f(get(r, 'in_process.after_idle_ms.idle_s'))} s)")
+    add(
+        "(a) the same, each call after idle (s), p50 / p95 / p99 ms",
+        lambda r: _ppp(get(r, "in_process.after_idle_ms")) + f" ({_f(get(r, 'in_process.after_idle_ms.idle_s'))} s)",
+    )
     add("(b) HTTP, 1 client, agent selection, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "http.agent.latency_ms")))
     add("(b) the same through httpx, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "http.agent_httpx.latency_ms")))
-    add("(b) HTTP, 1 client, debugging selection, p50 / p95 / p99 ms",
-        lambda r: _ppp(get(r, "http.debug.latency_ms")) + f" ({_f(get(r, 'http.debug.decisions_mean'), 0)} decisions)")
+    add(
+        "(b) HTTP, 1 client, debugging selection, p50 / p95 / p99 ms",
+        lambda r: _ppp(get(r, "http.debug.latency_ms")) + f" ({_f(get(r, 'http.debug.decisions_mean'), 0)} decisions)",
+    )
     add("(c) HTTP, 8 clients, agent selection, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "concurrent.latency_ms")))
     add("(c) throughput, calls/s", lambda r: _f(get(r, "concurrent.throughput_calls_per_s")))
     add("(d) our fact SQL, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "sql.ours_fact_candidates_ms")))
     add("(d) naive full-scan SQL, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "sql.naive_full_scan_ms")))
-    add("(d) ours / naive: p50 of ratios; ratio of p50s",
-        lambda r: f"{_f(get(r, 'sql.ratio_ours_over_naive.p50_of_ratios'), 3)}; "
-                  f"{_f(get(r, 'sql.ratio_ours_over_naive.ratio_of_p50s'), 3)} "
-                  f"({_f(get(r, 'sql.ratio_ours_over_naive.speedup_p50'), 1)}x faster)")
+    add(
+        "(d) ours / naive: p50 of ratios; ratio of p50s",
+        lambda r: (
+            f"{_f(get(r, 'sql.ratio_ours_over_naive.p50_of_ratios'), 3)}; "
+            f"{_f(get(r, 'sql.ratio_ours_over_naive.ratio_of_p50s'), 3)} "
+            f"({_f(get(r, 'sql.ratio_ours_over_naive.speedup_p50'), 1)}x faster)"
+        ),
+    )
     add("episode SQL, p50 / p95 / p99 ms", lambda r: _ppp(get(r, "sql.episode_candidates_ms")))
     first = result["runs"][0] if result["runs"] else {}
-    add(f"phase-1 recall vs exact: facts k={get(first, 'recall.facts_k')}; "
+    add(
+        f"phase-1 recall vs exact: facts k={get(first, 'recall.facts_k')}; "
         f"episodes k={get(first, 'recall.episodes_k')} (mean, min, share of queries < 0.9, plan)",
-        lambda r: f"{_f(get(r, 'recall.facts_mean'), 3)} ({_f(get(r, 'recall.facts_min'), 3)}, "
-                  f"{_f(get(r, 'recall.facts_below_0_9'), 2)}, {get(r, 'recall.facts_plan')}); "
-                  f"{_f(get(r, 'recall.episodes_mean'), 3)} ({_f(get(r, 'recall.episodes_min'), 3)}, "
-                  f"{_f(get(r, 'recall.episodes_below_0_9'), 2)}, {get(r, 'recall.episodes_plan')})")
-    add("in-process p50 ms: embed / retrieve / pack / persist / total",
-        lambda r: " / ".join(_f(get(r, f"in_process.breakdown_ms.{k}.p50"), 2)
-                             for k in ("embed", "retrieve", "pack", "persist", "total")))
-    add("HTTP 1 client, server p50 ms: embed / retrieve / pack / persist / total",
-        lambda r: " / ".join(_f(get(r, f"http.agent.server_breakdown_ms.{k}.p50"), 2)
-                             for k in ("embed", "retrieve", "pack", "persist", "total")))
-    add("GraphQL + HTTP + trace commit (client − totalMs) p50 ms: agent; debugging",
-        lambda r: f"{_f(get(r, 'http.agent.overhead_ms.p50'), 2)}; {_f(get(r, 'http.debug.overhead_ms.p50'), 2)}")
-    add("ingestion via recordEvents over GraphQL, events/s",
-        lambda r: f"{_f(get(r, 'ingestion.events_per_s'))} (batch {get(r, 'ingestion.batch')})")
-    add("raw embedder on the same texts, texts/s (before; after)",
-        lambda r: f"{_f(get(r, 'ingestion.raw_embedder_texts_per_s.before'))}; "
-                  f"{_f(get(r, 'ingestion.raw_embedder_texts_per_s.after'))}")
+        lambda r: (
+            f"{_f(get(r, 'recall.facts_mean'), 3)} ({_f(get(r, 'recall.facts_min'), 3)}, "
+            f"{_f(get(r, 'recall.facts_below_0_9'), 2)}, {get(r, 'recall.facts_plan')}); "
+            f"{_f(get(r, 'recall.episodes_mean'), 3)} ({_f(get(r, 'recall.episodes_min'), 3)}, "
+            f"{_f(get(r, 'recall.episodes_below_0_9'), 2)}, {get(r, 'recall.episodes_plan')})"
+        ),
+    )
+    add(
+        "in-process p50 ms: embed / retrieve / pack / persist / total",
+        lambda r: " / ".join(
+            _f(get(r, f"in_process.breakdown_ms.{k}.p50"), 2) for k in ("embed", "retrieve", "pack", "persist", "total")
+        ),
+    )
+    add(
+        "HTTP 1 client, server p50 ms: embed / retrieve / pack / persist / total",
+        lambda r: " / ".join(
+            _f(get(r, f"http.agent.server_breakdown_ms.{k}.p50"), 2)
+            for k in ("embed", "retrieve", "pack", "persist", "total")
+        ),
+    )
+    add(
+        "GraphQL + HTTP + trace commit (client − totalMs) p50 ms: agent; debugging",
+        lambda r: f"{_f(get(r, 'http.agent.overhead_ms.p50'), 2)}; {_f(get(r, 'http.debug.overhead_ms.p50'), 2)}",
+    )
+    add(
+        "ingestion via recordEvents over GraphQL, events/s",
+        lambda r: f"{_f(get(r, 'ingestion.events_per_s'))} (batch {get(r, 'ingestion.batch')})",
+    )
+    add(
+        "raw embedder on the same texts, texts/s (before; after)",
+        lambda r: (
+            f"{_f(get(r, 'ingestion.raw_embedder_texts_per_s.before'))}; "
+            f"{_f(get(r, 'ingestion.raw_embedder_texts_per_s.after'))}"
+        ),
+    )
     add("ingestion / raw embedder", lambda r: _f(get(r, "ingestion.ratio_to_raw_embedder"), 2))
     add("server peak RSS, MB", lambda r: _f(get(r, "server.peak_rss_mb"), 0))
-    add("query cache hit rate: in-process; server (inferred)",
-        lambda r: f"{_f(get(r, 'in_process.query_cache.hit_rate'), 3)}; "
-                  f"{_f(get(r, 'http.agent.query_cache_inferred.hit_rate'), 3)}")
-    add("1-min load average at (a) / (d) / (b) / (c) / ingestion",
-        lambda r: " / ".join(_f(v, 1) for v in (get(r, "loadavg_1min_by_phase") or {}).values()) or "–")
-    add("seed: embedded (cached) texts; COPY s; scope indexes build s",
-        lambda r: ("database kept from an earlier run; " if get(r, "seed.reused") else "")
-                  + f"{get(r, 'seed.embedding.facts.embedded') + get(r, 'seed.embedding.chunks.embedded')} "
-                  f"({get(r, 'seed.embedding.facts.cached') + get(r, 'seed.embedding.chunks.cached')}); "
-                  f"{_f(get(r, 'seed.timings_s.copy'))}; "
-                  f"{_f(sum(v for k, v in (get(r, 'seed.timings_s') or {}).items() if k.startswith('create_')))}")
+    add(
+        "query cache hit rate: in-process; server (inferred)",
+        lambda r: (
+            f"{_f(get(r, 'in_process.query_cache.hit_rate'), 3)}; "
+            f"{_f(get(r, 'http.agent.query_cache_inferred.hit_rate'), 3)}"
+        ),
+    )
+    add(
+        "1-min load average at (a) / (d) / (b) / (c) / ingestion",
+        lambda r: " / ".join(_f(v, 1) for v in (get(r, "loadavg_1min_by_phase") or {}).values()) or "–",
+    )
+    add(
+        "seed: embedded (cached) texts; COPY s; scope indexes build s",
+        lambda r: (
+            ("database kept from an earlier run; " if get(r, "seed.reused") else "")
+            + f"{get(r, 'seed.embedding.facts.embedded') + get(r, 'seed.embedding.chunks.embedded')} "
+            f"({get(r, 'seed.embedding.facts.cached') + get(r, 'seed.embedding.chunks.cached')}); "
+            f"{_f(get(r, 'seed.timings_s.copy'))}; "
+            f"{_f(sum(v for k, v in (get(r, 'seed.timings_s') or {}).items() if k.startswith('create_')))}"
+        ),
+    )
     return out
 
 
@@ -174,8 +222,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("N (facts and events of the subject; the tables hold 10 such subjects)")
     ax.set_ylabel("ms")
     m = result.get("machine", {})
-    ax.set_title(f"context latency, budget {get(result, 'config.budget')} — {m.get('cpus')} CPUs, "
-                 f"{result.get('started_at', '')[:10]}")
+    ax.set_title(
+        f"context latency, budget {get(result, 'config.budget')} — {m.get('cpus')} CPUs, "
+        f"{result.get('started_at', '')[:10]}"
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

@@ -31,12 +31,26 @@ from haki_context.db.pool import init_connection
 
 from . import latency_texts
 
-FACT_COLUMNS = ["project_id", "id", "subject_id", "predicate", "value", "value_hash", "confidence", "status",
-                "volatility", "valid_from", "valid_to", "recorded_at", "last_reinforced_at", "source_event_ids",
-                "text", "embedding"]
+FACT_COLUMNS = [
+    "project_id",
+    "id",
+    "subject_id",
+    "predicate",
+    "value",
+    "value_hash",
+    "confidence",
+    "status",
+    "volatility",
+    "valid_from",
+    "valid_to",
+    "recorded_at",
+    "last_reinforced_at",
+    "source_event_ids",
+    "text",
+    "embedding",
+]
 EVENT_COLUMNS = ["project_id", "id", "subject_id", "kind", "payload", "occurred_at", "recorded_at", "excerpt"]
-CHUNK_COLUMNS = ["project_id", "event_id", "chunk", "subject_id", "kind", "occurred_at", "text", "excerpt",
-                 "embedding"]
+CHUNK_COLUMNS = ["project_id", "event_id", "chunk", "subject_id", "kind", "occurred_at", "text", "excerpt", "embedding"]
 DIMENSIONS = 384
 
 
@@ -117,8 +131,13 @@ async def embed_cached(
         rate = done / max(1e-9, time.perf_counter() - started)
         log(f"  embedded {done}/{len(todo)} uncached texts ({rate:.0f} texts/s)")
     seconds = time.perf_counter() - started
-    return out, {"texts": len(texts), "cached": len(texts) - len(todo), "embedded": len(todo),
-                 "embed_s": round(seconds, 2), "texts_per_s": round(len(todo) / seconds, 1) if todo else None}
+    return out, {
+        "texts": len(texts),
+        "cached": len(texts) - len(todo),
+        "embedded": len(todo),
+        "embed_s": round(seconds, 2),
+        "texts_per_s": round(len(todo) / seconds, 1) if todo else None,
+    }
 
 
 @dataclass
@@ -159,8 +178,9 @@ def perturbed(base: np.ndarray, seed: int, sigma: float) -> np.ndarray:
 def hnsw_definitions_from_migrations() -> dict[str, str]:
     """name -> the last `CREATE INDEX ... USING hnsw ...` statement the migrations give that index."""
     found: dict[str, str] = {}
-    pattern = re.compile(r"CREATE\s+INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)\s+ON\s+[^;]*?USING\s+hnsw[^;]*;",
-                         re.IGNORECASE | re.DOTALL)
+    pattern = re.compile(
+        r"CREATE\s+INDEX\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)\s+ON\s+[^;]*?USING\s+hnsw[^;]*;", re.IGNORECASE | re.DOTALL
+    )
     for _, sql in migrate.available():
         sql = re.sub(r"--[^\n]*", "", sql)
         for m in pattern.finditer(sql):
@@ -197,17 +217,22 @@ async def seed(
         await init_connection(conn)  # binary jsonb and vector codecs: COPY carries both
         await conn.execute("SET statement_timeout = 0")
         await conn.execute(f"SET maintenance_work_mem = '{maintenance_work_mem}'")
-        live = {r["indexname"]: r["indexdef"] for r in await conn.fetch(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
-            " AND tablename IN ('facts', 'episode_chunks') AND indexdef ILIKE '% USING hnsw %'")}
+        live = {
+            r["indexname"]: r["indexdef"]
+            for r in await conn.fetch(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+                " AND tablename IN ('facts', 'episode_chunks') AND indexdef ILIKE '% USING hnsw %'"
+            )
+        }
         from_migrations = hnsw_definitions_from_migrations()
         # The migrations' statement when it names a live index; the live definition otherwise.
         definitions = {name: from_migrations.get(name, live[name]) for name in live}
         report.hnsw_indexes = definitions
         # Chunk fields the write path stores beyond the base columns (e.g. is_turn), when the table has them.
         chunk_table = await _columns(conn, "episode_chunks")
-        chunk_extra = [f.name for f in dataclasses.fields(ChunkText)
-                       if f.name in chunk_table and f.name not in CHUNK_COLUMNS]
+        chunk_extra = [
+            f.name for f in dataclasses.fields(ChunkText) if f.name in chunk_table and f.name not in CHUNK_COLUMNS
+        ]
         await _check_required(conn, "facts", FACT_COLUMNS)
         await _check_required(conn, "events", EVENT_COLUMNS)
         await _check_required(conn, "episode_chunks", CHUNK_COLUMNS + chunk_extra)
@@ -223,26 +248,51 @@ async def seed(
             cv = chunk_vectors if k == 0 else perturbed(chunk_vectors, 2000 + k, sigma)
             event_ids = [uuid.uuid4() for _ in corpus.events]
             event_rows = [
-                (project_id, event_ids[i], subject, e.kind, e.payload, e.occurred_at, e.occurred_at,
-                 corpus.excerpts[i])
+                (project_id, event_ids[i], subject, e.kind, e.payload, e.occurred_at, e.occurred_at, corpus.excerpts[i])
                 for i, e in enumerate(corpus.events)
             ]
             chunk_rows = []
             row = 0
             for i, e in enumerate(corpus.events):
                 for c in corpus.chunks[i]:
-                    chunk_rows.append((project_id, event_ids[i], c.position, subject, e.kind, e.occurred_at, c.text,
-                                       c.excerpt, cv[row], *(getattr(c, name) for name in chunk_extra)))
+                    chunk_rows.append(
+                        (
+                            project_id,
+                            event_ids[i],
+                            c.position,
+                            subject,
+                            e.kind,
+                            e.occurred_at,
+                            c.text,
+                            c.excerpt,
+                            cv[row],
+                            *(getattr(c, name) for name in chunk_extra),
+                        )
+                    )
                     row += 1
             fact_rows = [
-                (project_id, uuid.uuid4(), subject, f.predicate, f.value, value_hash(f.value), f.confidence,
-                 "ACTIVE", f.volatility, f.valid_from, f.valid_to, f.recorded_at, None,
-                 [event_ids[i % len(event_ids)]] if event_ids else [], corpus.fact_texts[i], fv[i])
+                (
+                    project_id,
+                    uuid.uuid4(),
+                    subject,
+                    f.predicate,
+                    f.value,
+                    value_hash(f.value),
+                    f.confidence,
+                    "ACTIVE",
+                    f.volatility,
+                    f.valid_from,
+                    f.valid_to,
+                    f.recorded_at,
+                    None,
+                    [event_ids[i % len(event_ids)]] if event_ids else [],
+                    corpus.fact_texts[i],
+                    fv[i],
+                )
                 for i, f in enumerate(corpus.facts)
             ]
             await conn.copy_records_to_table("events", records=event_rows, columns=EVENT_COLUMNS)
-            await conn.copy_records_to_table("episode_chunks", records=chunk_rows,
-                                             columns=CHUNK_COLUMNS + chunk_extra)
+            await conn.copy_records_to_table("episode_chunks", records=chunk_rows, columns=CHUNK_COLUMNS + chunk_extra)
             await conn.copy_records_to_table("facts", records=fact_rows, columns=FACT_COLUMNS)
             # The write path keeps these counts; the vector-search plan is chosen by them.
             await conn.execute(
@@ -250,14 +300,22 @@ async def seed(
                 " ON CONFLICT (project_id, subject_id) DO UPDATE SET"
                 " fact_rows = subjects.fact_rows + excluded.fact_rows,"
                 " chunk_rows = subjects.chunk_rows + excluded.chunk_rows",
-                project_id, subject, len(fact_rows), len(chunk_rows),
+                project_id,
+                subject,
+                len(fact_rows),
+                len(chunk_rows),
             )
             n_facts += len(fact_rows)
             n_events += len(event_rows)
             n_chunks += len(chunk_rows)
         report.timings_s["copy"] = round(time.perf_counter() - t, 2)
-        report.rows = {"facts": n_facts, "events": n_events, "episode_chunks": n_chunks,
-                       "subject_facts": len(corpus.facts), "subject_chunks": len(corpus.chunk_texts)}
+        report.rows = {
+            "facts": n_facts,
+            "events": n_events,
+            "episode_chunks": n_chunks,
+            "subject_facts": len(corpus.facts),
+            "subject_chunks": len(corpus.chunk_texts),
+        }
         log(f"  copied {n_facts} facts, {n_events} events, {n_chunks} chunks in {report.timings_s['copy']:.1f} s")
 
         for name, definition in definitions.items():
@@ -277,8 +335,10 @@ async def seed(
 
 
 async def _columns(conn: asyncpg.Connection, table: str) -> set[str]:
-    rows = await conn.fetch("SELECT column_name FROM information_schema.columns"
-                            " WHERE table_schema = current_schema() AND table_name = $1", table)
+    rows = await conn.fetch(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1",
+        table,
+    )
     return {r["column_name"] for r in rows}
 
 
@@ -287,8 +347,11 @@ async def _check_required(conn: asyncpg.Connection, table: str, copied: list[str
     rows = await conn.fetch(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
         " AND table_name = $1 AND is_nullable = 'NO' AND column_default IS NULL AND is_generated = 'NEVER'",
-        table)
+        table,
+    )
     missing = sorted({r["column_name"] for r in rows} - set(copied))
     if missing:
-        raise RuntimeError(f"{table} has required column(s) {missing} that benchmarks/latency_seed.py does not "
-                           "load; teach the loader what the write path stores there")
+        raise RuntimeError(
+            f"{table} has required column(s) {missing} that benchmarks/latency_seed.py does not "
+            "load; teach the loader what the write path stores there"
+        )

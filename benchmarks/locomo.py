@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +90,11 @@ class EventSpec:
 
 
 def parse_session_date(text: str) -> datetime:
-    """"1:56 pm on 8 May, 2023" as UTC."""
+    """ "1:56 pm on 8 May, 2023" as UTC."""
     cleaned = " ".join(text.split())
     for fmt in _DATE_FORMATS:
         try:
-            return datetime.strptime(cleaned, fmt).replace(tzinfo=timezone.utc)
+            return datetime.strptime(cleaned, fmt).replace(tzinfo=UTC)
         except ValueError:
             continue
     raise ValueError(f"unrecognised session date {text!r}")
@@ -172,9 +172,7 @@ def _pieces(message: dict[str, Any]) -> int:
 def events(conv: Conversation, mode: str) -> list[EventSpec]:
     """The events of one conversation in ingestion mode "a" (per turn) or "b" (per session)."""
     if mode == "a":
-        return [
-            EventSpec(KIND_TURN, t.payload, t.occurred_at, (t.dia_id,) * _pieces(t.payload)) for t in conv.turns
-        ]
+        return [EventSpec(KIND_TURN, t.payload, t.occurred_at, (t.dia_id,) * _pieces(t.payload)) for t in conv.turns]
     if mode == "b":
         out = []
         for n, date in conv.sessions.items():

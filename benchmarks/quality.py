@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -333,7 +333,9 @@ async def ask(
     ids = [t.dia_id for t in conv.turns]
     query = CONTEXT_QUERY
     if dump is not None:
-        query = query.replace("trace { timings { totalMs } }", f"trace {{ timings {{ totalMs }} {CANDIDATES_SELECTION} }}")
+        query = query.replace(
+            "trace { timings { totalMs } }", f"trace {{ timings {{ totalMs }} {CANDIDATES_SELECTION} }}"
+        )
     answers = []
     for q in conv.questions:
         started = time.perf_counter()
@@ -367,8 +369,14 @@ DUMP_DEPTH = 128
 
 
 def _candidates(
-    q: Question, mode: str, packet: dict[str, Any], ingested: Ingested, ids: list[str],
-    bm25: BM25Reference, dense: DenseReference, vector: np.ndarray,
+    q: Question,
+    mode: str,
+    packet: dict[str, Any],
+    ingested: Ingested,
+    ids: list[str],
+    bm25: BM25Reference,
+    dense: DenseReference,
+    vector: np.ndarray,
 ) -> dict[str, Any]:
     """One question's episode candidates as the trace records them, and the references' rankings."""
     rows = []
@@ -402,9 +410,7 @@ def summarize(answers: list[Answer]) -> dict[str, Any]:
         found = [len(set(getattr(a, name)) & set(a.question.evidence)) for a in answers]
         out[name] = {
             "recall": round(sum(found) / evidence_total, 4) if evidence_total else None,
-            "recall_per_question": round(
-                sum(f / len(a.question.evidence) for f, a in zip(found, answers)) / n, 4
-            )
+            "recall_per_question": round(sum(f / len(a.question.evidence) for f, a in zip(found, answers)) / n, 4)
             if n
             else None,
             "hit": round(sum(f > 0 for f in found) / n, 4) if n else None,
@@ -431,9 +437,7 @@ def results_table(answers: list[Answer], modes: Sequence[str], budgets: Sequence
             group = [a for a in answers if a.mode == mode and a.budget == budget]
             results[mode][str(budget)] = {
                 "overall": summarize(group),
-                "categories": {
-                    str(c): summarize([a for a in group if a.question.category == c]) for c in CATEGORIES
-                },
+                "categories": {str(c): summarize([a for a in group if a.question.category == c]) for c in CATEGORIES},
             }
     return results
 
@@ -495,7 +499,10 @@ async def run(config: Config) -> list[dict[str, Any]]:
         for conv in conversations:
             texts = [turn.text for turn in conv.turns]
             vectors = await rt.embedder.embed_many(texts)
-            refs[conv.id] = (BM25Reference(texts, remove_stop_words=config.bm25_remove_stop_words), DenseReference(vectors))
+            refs[conv.id] = (
+                BM25Reference(texts, remove_stop_words=config.bm25_remove_stop_words),
+                DenseReference(vectors),
+            )
         qvectors: dict[str, np.ndarray] = {}
         embed_ms: list[float] = []
         for q in questions:
@@ -527,11 +534,22 @@ async def run(config: Config) -> list[dict[str, Any]]:
                 if len(variants) > 1:
                     target = target.with_name(f"{target.stem}-{_safe(variant.label)}{target.suffix}")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(orjson.dumps({"label": variant.label, "settings": variant.overrides, "questions": dump}))
+                target.write_bytes(
+                    orjson.dumps({"label": variant.label, "settings": variant.overrides, "questions": dump})
+                )
             await client.aclose()
             questions_s = round(time.perf_counter() - v_started, 2)
-            report = _report(config, variant, settings, conversations, answers, rt.embedder.name,
-                             {**timings, "questions_s": questions_s}, embed_ms, ingested)
+            report = _report(
+                config,
+                variant,
+                settings,
+                conversations,
+                answers,
+                rt.embedder.name,
+                {**timings, "questions_s": questions_s},
+                embed_ms,
+                ingested,
+            )
             report["wall_s"] = round(time.perf_counter() - wall, 2)
             reports.append(report)
             if config.out_dir is not None:
@@ -554,7 +572,7 @@ def _report(
     embed_ms: list[float],
     ingested: dict[tuple[str, str], Ingested],
 ) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     questions = [q for c in conversations for q in c.questions]
     report: dict[str, Any] = {
         "label": variant.label,
@@ -634,7 +652,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['data']['invalid_evidence_count']} invalid evidence ids skipped, "
         f"{report['data']['dropped_questions']} questions dropped). Embedder: {report['embedder']}.",
         "",
-        "Settings: " + (", ".join(f"{k}={v}" for k, v in report["settings"]["overrides"].items()) or "defaults")
+        "Settings: "
+        + (", ".join(f"{k}={v}" for k, v in report["settings"]["overrides"].items()) or "defaults")
         + f" (episode_top_k={eff['episode_top_k']}, episode_ranking={eff['episode_ranking']}, "
         f"episode_text_k={eff['episode_text_k']}, excerpt {eff.get('episode_excerpt_format', 'json')}, "
         f"fusion {eff.get('fusion', 'weighted')}, weights {eff['weight_similarity']}/{eff['weight_full_text']}/"
@@ -723,27 +742,51 @@ def _variant(text: str) -> Variant:
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=Path(os.environ.get("HAKI_LOCOMO_DIR", DEFAULT_DATA)),
-                   help=f"folder of LoCoMo *.json (default {DEFAULT_DATA}, or $HAKI_LOCOMO_DIR)")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=Path(os.environ.get("HAKI_LOCOMO_DIR", DEFAULT_DATA)),
+        help=f"folder of LoCoMo *.json (default {DEFAULT_DATA}, or $HAKI_LOCOMO_DIR)",
+    )
     p.add_argument("--conversations", help="comma-separated file stems, e.g. 26,30 (default: all)")
     p.add_argument("--modes", default="a,b", help="ingestion modes: a (event per turn), b (event per session)")
     p.add_argument("--budgets", default="900,2000")
-    p.add_argument("--limit-questions", type=int, help="at most N questions per category and conversation (smoke tests)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a haki_context.settings.Settings field (repeatable)")
-    p.add_argument("--variant", dest="variants", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
-                   help="measure several query-time configurations on one ingestion (repeatable)")
+    p.add_argument(
+        "--limit-questions", type=int, help="at most N questions per category and conversation (smoke tests)"
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a haki_context.settings.Settings field (repeatable)",
+    )
+    p.add_argument(
+        "--variant",
+        dest="variants",
+        action="append",
+        default=[],
+        metavar="LABEL:NAME=VALUE,...",
+        help="measure several query-time configurations on one ingestion (repeatable)",
+    )
     p.add_argument("--label", default=None, help="names the result files (default: 'defaults' or the --set pairs)")
-    p.add_argument("--embedder", choices=("onnx-fp32", "minilm", "hashing"), help="shorthand for --set embed_provider=...")
+    p.add_argument(
+        "--embedder", choices=("onnx-fp32", "minilm", "hashing"), help="shorthand for --set embed_provider=..."
+    )
     p.add_argument("--bm25-stop-words", choices=("remove", "keep"), default="remove")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT})")
     p.add_argument("--no-write", action="store_true", help="print only")
     p.add_argument("--details", action="store_true", help="add per-question records to the JSON (~3 MB)")
     p.add_argument("--no-embed-memo", action="store_true", help="encode a text each time the server asks")
     p.add_argument("--database-url", help="use this (migrated or empty) PostgreSQL instead of an embedded one")
-    p.add_argument("--dump-candidates", type=Path, metavar="FILE",
-                   help="write every episode candidate of the trace (first budget) and the references' rankings "
-                   "to FILE, for benchmarks.rerank (the larger selection slows the calls a little)")
+    p.add_argument(
+        "--dump-candidates",
+        type=Path,
+        metavar="FILE",
+        help="write every episode candidate of the trace (first budget) and the references' rankings "
+        "to FILE, for benchmarks.rerank (the larger selection slows the calls a little)",
+    )
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     overrides = _pairs(a.sets, "--set")

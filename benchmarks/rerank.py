@@ -63,7 +63,7 @@ def speaker_boost(inner: Scorer, w: float) -> Scorer:
     return lambda sim, ft, bm, named: inner(sim, ft, bm, named) + w * named
 
 
-def cosine(sim, ft, bm, _t):  # noqa: ANN001, ANN201
+def cosine(sim, ft, bm, _t):
     return sim
 
 
@@ -72,7 +72,7 @@ def hybrid(ws: float, wf: float) -> Scorer:
 
 
 def minmax(ws: float, wf: float, lexical: str = "ft") -> Scorer:
-    def score(sim, ft, bm, _t):  # noqa: ANN001, ANN202
+    def score(sim, ft, bm, _t):
         lex = ft if lexical == "ft" else bm
         return ws * _minmax(sim) + wf * _minmax(lex)
 
@@ -80,7 +80,7 @@ def minmax(ws: float, wf: float, lexical: str = "ft") -> Scorer:
 
 
 def rrf(c: float = 60.0, lexical: str = "ft", w_lex: float = 1.0) -> Scorer:
-    def score(sim, ft, bm, _t):  # noqa: ANN001, ANN202
+    def score(sim, ft, bm, _t):
         lex = ft if lexical == "ft" else bm
         lex_part = np.where(lex > 0, 1.0 / (c + _ranks(lex)), 0.0)
         return 1.0 / (c + _ranks(sim)) + w_lex * lex_part
@@ -149,7 +149,9 @@ def evaluate(
             }
             res[name]["by_category"] = {
                 str(c): round(
-                    sum(x for x, cc in zip(f, cats) if cc == c) / max(1, sum(e for e, cc in zip(n_ev, cats) if cc == c)), 3
+                    sum(x for x, cc in zip(f, cats) if cc == c)
+                    / max(1, sum(e for e, cc in zip(n_ev, cats) if cc == c)),
+                    3,
                 )
                 for c in CATEGORIES
             }

@@ -63,8 +63,9 @@ def _drop_os_cache() -> bool:
 
 
 async def _calls(dsn: str, questions: Any, n: int, budget: int) -> list[float]:
-    rt, stack = await open_runtime(Settings(database_url=dsn, dev_mode=True, scope_index_interval_s=0,
-                                            statement_timeout_ms=120_000))
+    rt, stack = await open_runtime(
+        Settings(database_url=dsn, dev_mode=True, scope_index_interval_s=0, statement_timeout_ms=120_000)
+    )
     times = []
     async with stack:
         for _ in range(n):
@@ -90,8 +91,14 @@ def measure(data_dir: Path, database: str, modes: list[str], warm: int, calls: i
     questions = latency_texts.questions(seed=9191)
     runs = []
     for mode in modes:
-        asyncio.run(_admin(admin, "ALTER SYSTEM SET shared_preload_libraries = 'pg_prewarm'" if mode == "on"
-                           else "ALTER SYSTEM RESET shared_preload_libraries"))
+        asyncio.run(
+            _admin(
+                admin,
+                "ALTER SYSTEM SET shared_preload_libraries = 'pg_prewarm'"
+                if mode == "on"
+                else "ALTER SYSTEM RESET shared_preload_libraries",
+            )
+        )
         _pg_ctl(pgdata, ["-w", "-m", "fast", "restart"])
         preload = asyncio.run(_admin(admin, "SHOW shared_preload_libraries"))
         asyncio.run(_calls(dsn, questions, warm, budget))
@@ -99,18 +106,27 @@ def measure(data_dir: Path, database: str, modes: list[str], warm: int, calls: i
         dropped = _drop_os_cache()
         _start(pgdata)
         times = asyncio.run(_calls(dsn, questions, calls, budget))
-        run = {"autoprewarm": mode == "on", "shared_preload_libraries": preload, "os_cache_dropped": dropped,
-               "calls_ms": times, "median_ms": statistics.median(times),
-               "first_10_median_ms": statistics.median(times[:10])}
+        run = {
+            "autoprewarm": mode == "on",
+            "shared_preload_libraries": preload,
+            "os_cache_dropped": dropped,
+            "calls_ms": times,
+            "median_ms": statistics.median(times),
+            "first_10_median_ms": statistics.median(times[:10]),
+        }
         runs.append(run)
-        print(f"{mode:3s}: median {run['median_ms']:.1f} ms, first ten {run['first_10_median_ms']:.1f} ms, "
-              f"first calls {times[:5]}", flush=True)
+        print(
+            f"{mode:3s}: median {run['median_ms']:.1f} ms, first ten {run['first_10_median_ms']:.1f} ms, "
+            f"first calls {times[:5]}",
+            flush=True,
+        )
     return {"database": database, "warm_calls": warm, "calls": calls, "budget": budget, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.restart", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.restart", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data-dir", type=Path, required=True, help="the embedded server's HAKI_DATA_DIR")
     p.add_argument("--database", required=True, help="a database the latency benchmark kept, e.g. haki_bench_100000")
     p.add_argument("--modes", default="off,on,off,on", help="autoprewarm per round, in order")

@@ -47,13 +47,19 @@ def worktree(revision: str) -> Iterator[Path]:
     """A detached git worktree of `revision`, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="haki-ab-") as tmp:
         path = Path(tmp) / "baseline"
-        subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(path), revision],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", str(path), revision],
+            check=True,
+            capture_output=True,
+        )
         try:
             yield path
         finally:
-            subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(path)],
-                           check=False, capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(path)],
+                check=False,
+                capture_output=True,
+            )
 
 
 async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, budget: int) -> dict[str, Any]:
@@ -62,8 +68,10 @@ async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, bud
     cfg = Config(ns=[], overrides={"scope_index_interval_s": "0"})
     questions = list(itertools.islice(latency_texts.questions(seed=4242), WARMUP + pairs))
     with tempfile.TemporaryDirectory(prefix="haki-ab-logs-") as logs:
-        servers = {"baseline": Server(dsn, cfg, Path(logs), root=baseline_root),
-                   "current": Server(dsn, cfg, Path(logs))}
+        servers = {
+            "baseline": Server(dsn, cfg, Path(logs), root=baseline_root),
+            "current": Server(dsn, cfg, Path(logs)),
+        }
         clients: dict[str, LeanClient] = {}
         try:
             for name, server in servers.items():
@@ -71,7 +79,7 @@ async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, bud
                 clients[name] = LeanClient(server.url)
             times: dict[str, list[float]] = {name: [] for name in servers}
             for i, q in enumerate(questions):
-                for name in (("baseline", "current") if i % 2 else ("current", "baseline")):
+                for name in ("baseline", "current") if i % 2 else ("current", "baseline"):
                     ms, _ = await graphql(clients[name], query, {"s": SUBJECT, "q": q, "b": budget})
                     if i >= WARMUP:
                         times[name].append(ms)
@@ -85,15 +93,20 @@ async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, bud
         "pairs": pairs,
         "selection": selection,
         "budget": budget,
-        **{f"{name}_ms": {"p50": float(np.median(xs)), "p95": float(np.percentile(xs, 95))}
-           for name, xs in times.items()},
+        **{
+            f"{name}_ms": {"p50": float(np.median(xs)), "p95": float(np.percentile(xs, 95))}
+            for name, xs in times.items()
+        },
         "current_minus_baseline_ms": {"median": float(np.median(diff)), "mean": float(diff.mean())},
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.revision_ab", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.revision_ab",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--baseline", required=True, help="the git revision to compare against")
     p.add_argument("--database-url", required=True, help="a database the latency benchmark seeded (--keep)")
     p.add_argument("--pairs", type=int, default=200)

@@ -16,7 +16,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -26,20 +26,68 @@ from haki_context.db import embedded, migrate
 from haki_context.db.pool import create_pool
 from haki_context.db.traces import STATS_SQL
 
-COLUMNS = ["project_id", "id", "subject_id", "query", "budget_tokens", "used_tokens", "status", "empty_reason",
-           "warnings", "created_at", "embed_ms", "retrieve_ms", "pack_ms", "persist_ms", "total_ms",
-           "facts_served", "episodes_served", "n_included", "n_excluded", "n_blocked", "n_top_score",
-           "n_multi_hop", "n_over_budget", "n_below_floor", "n_conflict_open", "n_volatility_expired"]
+COLUMNS = [
+    "project_id",
+    "id",
+    "subject_id",
+    "query",
+    "budget_tokens",
+    "used_tokens",
+    "status",
+    "empty_reason",
+    "warnings",
+    "created_at",
+    "embed_ms",
+    "retrieve_ms",
+    "pack_ms",
+    "persist_ms",
+    "total_ms",
+    "facts_served",
+    "episodes_served",
+    "n_included",
+    "n_excluded",
+    "n_blocked",
+    "n_top_score",
+    "n_multi_hop",
+    "n_over_budget",
+    "n_below_floor",
+    "n_conflict_open",
+    "n_volatility_expired",
+]
 
 
 def synthetic_traces(n: int, projects: int, seed: int = 1) -> list[tuple]:
     rng = random.Random(seed)
-    start = datetime.now(timezone.utc) - timedelta(days=30)
+    start = datetime.now(UTC) - timedelta(days=30)
     return [
-        (f"p{i % projects}", uuid.uuid4(), f"s{i % 97}", "q", 900, rng.randint(0, 900),
-         "DEGRADED" if rng.random() < 0.05 else "OK", None, [], start + timedelta(seconds=i * 25),
-         1.0, 2.0, 0.5, 1.0, rng.uniform(5, 50), rng.randint(0, 5), rng.randint(0, 8),
-         3, 2, 0, 3, 0, 2, 0, 0, 0)
+        (
+            f"p{i % projects}",
+            uuid.uuid4(),
+            f"s{i % 97}",
+            "q",
+            900,
+            rng.randint(0, 900),
+            "DEGRADED" if rng.random() < 0.05 else "OK",
+            None,
+            [],
+            start + timedelta(seconds=i * 25),
+            1.0,
+            2.0,
+            0.5,
+            1.0,
+            rng.uniform(5, 50),
+            rng.randint(0, 5),
+            rng.randint(0, 8),
+            3,
+            2,
+            0,
+            3,
+            0,
+            2,
+            0,
+            0,
+            0,
+        )
         for i in range(n)
     ]
 
@@ -61,8 +109,9 @@ async def run(repeats: int) -> dict:
             await migrate.apply(dsn)
             pool = await create_pool(dsn, max_size=2)
             async with pool.acquire() as conn:
-                await conn.copy_records_to_table("context_traces", records=synthetic_traces(100_000, projects),
-                                                 columns=COLUMNS)
+                await conn.copy_records_to_table(
+                    "context_traces", records=synthetic_traces(100_000, projects), columns=COLUMNS
+                )
                 await conn.execute("VACUUM ANALYZE context_traces")
                 sql_ms: list[float] = []
                 for _ in range(repeats):
@@ -85,9 +134,11 @@ async def run(repeats: int) -> dict:
                 "core_p95_ms": _p(core_ms, 0.95),
             }
             results["runs"].append(run)
-            print(f"{projects} project(s), {run['traces_in_measured_project']} traces in the measured project: "
-                  f"SQL p50 {run['sql_p50_ms']:.1f} ms p95 {run['sql_p95_ms']:.1f} ms; "
-                  f"core p50 {run['core_p50_ms']:.1f} ms p95 {run['core_p95_ms']:.1f} ms")
+            print(
+                f"{projects} project(s), {run['traces_in_measured_project']} traces in the measured project: "
+                f"SQL p50 {run['sql_p50_ms']:.1f} ms p95 {run['sql_p95_ms']:.1f} ms; "
+                f"core p50 {run['core_p50_ms']:.1f} ms p95 {run['core_p95_ms']:.1f} ms"
+            )
     finally:
         server.close()
     return results
@@ -101,7 +152,7 @@ def main() -> None:
     results = asyncio.run(run(args.repeats))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"stats-{datetime.now(timezone.utc).date().isoformat()}.json"
+    path = out / f"stats-{datetime.now(UTC).date().isoformat()}.json"
     path.write_text(json.dumps(results, indent=2))
     print(f"wrote {path}")
 

@@ -18,7 +18,7 @@ import argparse
 import asyncio
 import dataclasses
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -42,15 +42,19 @@ async def measure(url: str, fetches: list[int], ef_search: int, queries: int, wo
     s = Settings()
     embedder = Embedder(encoder_for(s))
     pool = await open_pool(url, s.model_copy(update={"hnsw_ef_search": ef_search}), min_size=1, max_size=1)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     try:
         questions = Questions().take(queries)
         vectors = [await embedder.embed_query(q) for q in questions]
         async with pool.acquire() as conn:
-            exact_f = [[r["d"] for r in await conn.fetch(EXACT_FACTS_SQL, PROJECT, SUBJECT, v, now,
-                                                        s.retrieval_top_k)] for v in vectors]
-            exact_c = [[r["d"] for r in await conn.fetch(EXACT_CHUNKS_SQL, PROJECT, SUBJECT, v,
-                                                        s.episode_top_k)] for v in vectors]
+            exact_f = [
+                [r["d"] for r in await conn.fetch(EXACT_FACTS_SQL, PROJECT, SUBJECT, v, now, s.retrieval_top_k)]
+                for v in vectors
+            ]
+            exact_c = [
+                [r["d"] for r in await conn.fetch(EXACT_CHUNKS_SQL, PROJECT, SUBJECT, v, s.episode_top_k)]
+                for v in vectors
+            ]
             for fetch in fetches:
                 facts, chunks, ms = [], [], []
                 for q, v, ef, ec in zip(questions, vectors, exact_f, exact_c):
@@ -63,10 +67,12 @@ async def measure(url: str, fetches: list[int], ef_search: int, queries: int, wo
                     facts.append(_recall([row.distance for row, _ in found.candidates], ef) if ef else 1.0)
                     chunks.append(_recall([c.distance for c in got], ec) if ec else 1.0)
                 f, c = np.array(facts), np.array(chunks)
-                print(f"over-fetch cap {fetch}, ef_search {ef_search}: fact statement p50 {np.median(ms):.2f} ms; "
-                      f"facts k={s.retrieval_top_k} mean {f.mean():.3f} min {f.min():.3f} "
-                      f"< 0.9: {(f < 0.9).mean():.2f}; episodes k={s.episode_top_k} mean {c.mean():.3f} "
-                      f"min {c.min():.3f} < 0.9: {(c < 0.9).mean():.2f}")
+                print(
+                    f"over-fetch cap {fetch}, ef_search {ef_search}: fact statement p50 {np.median(ms):.2f} ms; "
+                    f"facts k={s.retrieval_top_k} mean {f.mean():.3f} min {f.min():.3f} "
+                    f"< 0.9: {(f < 0.9).mean():.2f}; episodes k={s.episode_top_k} mean {c.mean():.3f} "
+                    f"min {c.min():.3f} < 0.9: {(c < 0.9).mean():.2f}"
+                )
                 for i in np.argsort(f, kind="stable")[:worst]:
                     if f[i] < 0.9:
                         print(f"    facts {f[i]:.3f}  best exact distance {exact_f[i][0]:.3f}  {questions[i]!r}")
@@ -76,8 +82,11 @@ async def measure(url: str, fetches: list[int], ef_search: int, queries: int, wo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.vector_recall", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.vector_recall",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--database-url", required=True, help="a database kept by benchmarks.latency --keep")
     p.add_argument("--fetch", default="256", help="comma-separated HNSW over-fetch caps (rows)")
     p.add_argument("--ef-search", type=int, default=Settings().hnsw_ef_search)

@@ -108,7 +108,7 @@ class GraphQLEndpoint:
             body = await self._read_body(request)
             authenticator: Authenticator = request.app.state.authenticator
             scope["haki_project_id"] = await authenticator.project_for(request.headers.get("authorization"))
-        except Exception as exc:  # noqa: BLE001 - every failure here gets a coded answer
+        except Exception as exc:
             domain = exc if isinstance(exc, HakiError) else domain_error(exc)
             if domain is None:
                 raise
@@ -214,7 +214,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
                 async with rt.pool.acquire() as conn:
                     await conn.fetchval("SELECT 1")
                     pending = await migrate.pending(conn)
-        except Exception:  # noqa: BLE001 - any failure means not ready
+        except Exception:
             return JSONResponse({"status": "database unavailable"}, status_code=503)
         if pending:
             return JSONResponse({"status": "migrations pending", "pending": pending}, status_code=503)
@@ -260,7 +260,7 @@ async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.
             deleted = await prune(rt.pool, days)
             if deleted:
                 log.info("retention: deleted %d trace(s) older than %g day(s)", deleted, days)
-        except Exception:  # noqa: BLE001 - retention must never take the server down
+        except Exception:
             log.exception("retention pass failed; retrying later")
         await asyncio.sleep(every_seconds)
 
@@ -279,7 +279,7 @@ async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
                 build_memory=settings.scope_index_build_memory,
                 lexeme_rows=settings.full_text_lexeme_rows,
             )
-        except Exception:  # noqa: BLE001 - a failed build leaves the exact scan in place; retry later
+        except Exception:
             log.exception("scope index build failed; retrying later")
         await asyncio.sleep(settings.scope_index_interval_s)
 

@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("migrate", help="apply pending database migrations")
     sub.add_parser("reembed", help="re-embed every stored text with HAKI_EMBED_PROVIDER (switches the database)")
     sub.add_parser(
-        "index-scopes", help="build now the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS (the server does it in the background)"
+        "index-scopes",
+        help="build now the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS (the server does it in the background)",
     )
     sub.add_parser("build-model", help="build the embedder's model files (the ONNX export) ahead of the first start")
     prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")

@@ -89,8 +89,22 @@ async def minilm_runtime(migrated: str, minilm_embedder: Embedder) -> AsyncItera
 
 
 # What an error message must never show: a traceback, SQL text, driver internals.
-LEAK_MARKERS = ("Traceback", 'File "', "asyncpg", "SELECT ", "INSERT ", "UPDATE ", "DELETE ", " FROM ",
-                "WHERE ", "psql", "SQLSTATE", "postgres", "haki_context/", ".py\"")
+LEAK_MARKERS = (
+    "Traceback",
+    'File "',
+    "asyncpg",
+    "SELECT ",
+    "INSERT ",
+    "UPDATE ",
+    "DELETE ",
+    " FROM ",
+    "WHERE ",
+    "psql",
+    "SQLSTATE",
+    "postgres",
+    "haki_context/",
+    '.py"',
+)
 
 
 def assert_no_leak(body: Any) -> None:
@@ -206,8 +220,11 @@ class StatementLog:
 
     def round_trips(self) -> list[str]:
         """Statements of the call itself: asyncpg's one-off type introspection of a new connection left out."""
-        return [s for s in self.statements if "typeinfo" not in s and "set_config('jit'" not in s
-                and "current_setting('jit')" not in s]
+        return [
+            s
+            for s in self.statements
+            if "typeinfo" not in s and "set_config('jit'" not in s and "current_setting('jit')" not in s
+        ]
 
 
 @pytest.fixture

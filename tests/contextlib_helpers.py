@@ -22,7 +22,9 @@ FULL_SELECTION = """
 """
 
 
-async def record(client: GraphQLClient, subject: str, texts: list[str], kind: str = "conversation.message") -> list[str]:
+async def record(
+    client: GraphQLClient, subject: str, texts: list[str], kind: str = "conversation.message"
+) -> list[str]:
     data = await client.execute(
         "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }",
         {"i": [{"subjectId": subject, "kind": kind, "payload": {"speaker": "Ann", "text": t}} for t in texts]},

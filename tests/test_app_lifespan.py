@@ -28,7 +28,6 @@ async def test_startup_objects_are_left_out_of_garbage_collection(migrated: str)
         gc.set_threshold(*before_threshold)
 
 
-
 async def _hold(pool: asyncpg.Pool, n: int) -> None:
     """Hold `n` connections at once, then give them back (the pool opens what it lacks)."""
     conns = [await pool.acquire() for _ in range(n)]

@@ -118,7 +118,7 @@ async def test_resolving_a_set_while_a_supersede_settles_it_ends_consistently(
 ) -> None:
     for round_ in range(8):
         predicate = f"race{round_}"
-        a = (await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": "a"}}))
+        a = await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": "a"}})
         b = await client.execute(
             ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": "b", "mode": "CONTEST"}}
         )
@@ -157,7 +157,10 @@ async def test_superseding_two_predicates_of_one_open_set_at_once_ends_consisten
         bodies = [
             r.json()
             for r in await asyncio.gather(
-                *(client.post(ASSERT, {"input": {"subjectId": subject, "predicate": pred, "value": 2}}) for pred in (p, q))
+                *(
+                    client.post(ASSERT, {"input": {"subjectId": subject, "predicate": pred, "value": 2}})
+                    for pred in (p, q)
+                )
             )
         ]
         assert all(not b.get("errors") for b in bodies), bodies
@@ -177,8 +180,10 @@ async def test_concurrent_batches_naming_the_same_subjects_all_land(client: Grap
     bodies = [
         r.json()
         for r in await asyncio.gather(
-            *(client.post("mutation($in: [EventInput!]!) { recordEvents(inputs: $in) { id } }", {"in": batch})
-              for batch in batches)
+            *(
+                client.post("mutation($in: [EventInput!]!) { recordEvents(inputs: $in) { id } }", {"in": batch})
+                for batch in batches
+            )
         )
     ]
     assert all(not b.get("errors") for b in bodies), [b["errors"] for b in bodies if b.get("errors")]

@@ -32,7 +32,9 @@ query($s: String, $status: ConflictStatus, $first: Int, $after: String) {{
 
 
 async def assert_fact(client: GraphQLClient, subject: str, predicate: str, value: Any, **extra: Any) -> dict[str, Any]:
-    data = await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": value, **extra}})
+    data = await client.execute(
+        ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": value, **extra}}
+    )
     return data["assertFact"]
 
 
@@ -66,7 +68,9 @@ async def test_contest_again_joins_the_open_set(client: GraphQLClient, subject: 
     assert len(sets) == 1
 
 
-async def test_supersede_against_an_open_set_supersedes_all_and_resolves_it(client: GraphQLClient, subject: str) -> None:
+async def test_supersede_against_an_open_set_supersedes_all_and_resolves_it(
+    client: GraphQLClient, subject: str
+) -> None:
     a = (await assert_fact(client, subject, "email", "a@x.org"))["fact"]
     contested = await assert_fact(client, subject, "email", "b@x.org", mode="CONTEST")
     b = contested["fact"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, with_settings
@@ -14,7 +14,7 @@ EXPIRED_WARNING = "volatility_expired: {n} fact(s) hidden past their volatility 
 
 
 def _days_ago(days: float) -> str:
-    return (datetime.now(timezone.utc) - timedelta(days=days)).isoformat()
+    return (datetime.now(UTC) - timedelta(days=days)).isoformat()
 
 
 async def test_open_conflict_blocks_every_member(client: GraphQLClient, subject: str) -> None:
@@ -31,7 +31,9 @@ async def test_open_conflict_blocks_every_member(client: GraphQLClient, subject:
     assert packet["status"] == "DEGRADED"
     assert packet["trace"]["counts"]["blocked"] == 2
 
-    await client.execute("mutation($id: ID!) { dismissConflict(id: $id) { status } }", {"id": contested["conflict"]["id"]})
+    await client.execute(
+        "mutation($id: ID!) { dismissConflict(id: $id) { status } }", {"id": contested["conflict"]["id"]}
+    )
     after = await context(client, subject, "invoice language")
     assert {f["value"] for f in after["facts"] if f["predicate"] == "invoice_language"} == {"French", "German"}
     assert after["status"] == "OK" and after["warnings"] == []

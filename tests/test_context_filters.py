@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, context, decisions
 
 
 def _iso(delta_days: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(days=delta_days)).isoformat()
+    return (datetime.now(UTC) + timedelta(days=delta_days)).isoformat()
 
 
 def served(packet: dict) -> set[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from conftest import GraphQLClient, client_for
@@ -60,7 +60,7 @@ async def test_a_rare_word_weighs_more_than_a_common_one(client: GraphQLClient, 
 
 async def test_episodes_rank_rare_words_the_same_way(client: GraphQLClient, subject: str) -> None:
     common_ids = await record(client, subject, [f"we talked about the weather, part {i}" for i in range(6)])
-    rare_id, = await record(client, subject, ["the adoption agency called back"])
+    (rare_id,) = await record(client, subject, ["the adoption agency called back"])
     packet = await context(client, subject, "talk adoption")
     full_text = {d["itemId"]: d["fullText"] for d in decisions(packet, itemKind="EPISODE")}
     assert full_text[rare_id] > max(full_text[i] for i in common_ids) > 0
@@ -75,7 +75,6 @@ async def test_cover_density_rank_stays_selectable(runtime: Runtime, subject: st
         assert 0 < row["fullText"] < 1  # ts_rank_cd of one cover, not a share of the query's weight
     finally:
         await c.http.aclose()
-
 
 
 async def test_words_of_any_shape_are_found_in_their_own_scope_only(
@@ -95,7 +94,7 @@ async def test_words_of_any_shape_are_found_in_their_own_scope_only(
     vector = await runtime.embedder.embed_query("plain filler sentence")
 
     async def candidates(scope: str, query: str) -> set[str]:
-        params = search_params(runtime.settings, "default", scope, vector, query, datetime.now(timezone.utc))
+        params = search_params(runtime.settings, "default", scope, vector, query, datetime.now(UTC))
         async with runtime.pool.acquire() as conn:
             found = await retrieval.fact_candidates(conn, params, 1, 0)
         return {row.id for row, _ in found.candidates}

@@ -15,7 +15,7 @@ async def test_thirty_facts_load_their_source_events_in_one_query(
         await assert_fact(client, subject, f"p{i}", f"value {i}", sourceEventIds=[events[i], events[(i + 1) % 30]])
     log.statements.clear()
     data = await client.execute(
-        "query($s: String!) { context(subjectId: $s, query: \"value\", budget: 5000) {"
+        'query($s: String!) { context(subjectId: $s, query: "value", budget: 5000) {'
         " facts { id sourceEvents { id kind } fact { id status } }"
         " episodes { eventId event { id kind } }"
         " trace { decisions { itemKind fact { predicate } event { id } } } } }",
@@ -40,7 +40,7 @@ async def test_decision_items_through_fragments_and_aliases_answer_as_the_plain_
     for i in range(6):
         await assert_fact(client, subject, f"q{i}", f"note value {i}", sourceEventIds=[events[i % 4]])
     data = await client.execute(
-        "query($s: String!) { context(subjectId: $s, query: \"note value\") { traceId } }", {"s": subject}
+        'query($s: String!) { context(subjectId: $s, query: "note value") { traceId } }', {"s": subject}
     )
     trace_id = data["context"]["traceId"]
     plain = await client.execute(

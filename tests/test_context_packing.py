@@ -166,7 +166,7 @@ async def test_seed_excerpts_are_kind_and_compact_json(runtime: Runtime, subject
 
 async def test_long_payload_excerpt_is_cut_to_300_characters(client: GraphQLClient, subject: str) -> None:
     await client.execute(
-        "mutation($s: String!, $p: JSON!) { recordEvent(input: {subjectId: $s, kind: \"doc\", payload: $p}) { id } }",
+        'mutation($s: String!, $p: JSON!) { recordEvent(input: {subjectId: $s, kind: "doc", payload: $p}) { id } }',
         {"s": subject, "p": {"body": "lorem ipsum " * 200}},
     )
     packet = await context(client, subject, "lorem ipsum")
@@ -178,10 +178,20 @@ async def test_turns_of_the_speaker_the_query_names_rank_first(runtime: Runtime,
     try:
         await c.execute(
             "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }",
-            {"i": [
-                {"subjectId": subject, "kind": "conversation.message", "payload": {"speaker": "Bruno", "text": "I went hiking"}},
-                {"subjectId": subject, "kind": "conversation.message", "payload": {"speaker": "Claire Dubois", "text": "I went hiking"}},
-            ]},
+            {
+                "i": [
+                    {
+                        "subjectId": subject,
+                        "kind": "conversation.message",
+                        "payload": {"speaker": "Bruno", "text": "I went hiking"},
+                    },
+                    {
+                        "subjectId": subject,
+                        "kind": "conversation.message",
+                        "payload": {"speaker": "Claire Dubois", "text": "I went hiking"},
+                    },
+                ]
+            },
         )
         packet = await context(c, subject, "Where did Claire Dubois go?")
         assert packet["episodes"][0]["excerpt"] == "Claire Dubois: I went hiking"

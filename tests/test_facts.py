@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -30,7 +30,9 @@ READ = f"query($id: ID!) {{ fact(id: $id) {{ {FACT} }} }}"
 
 
 async def assert_fact(client: GraphQLClient, subject: str, predicate: str, value: Any, **extra: Any) -> dict[str, Any]:
-    data = await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": value, **extra}})
+    data = await client.execute(
+        ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": value, **extra}}
+    )
     return data["assertFact"]
 
 
@@ -40,7 +42,7 @@ async def read_fact(client: GraphQLClient, fact_id: str) -> dict[str, Any]:
 
 async def record_event(client: GraphQLClient, subject: str, text: str = "hello") -> str:
     data = await client.execute(
-        "mutation($s: String!, $p: JSON!) { recordEvent(input: {subjectId: $s, kind: \"note\", payload: $p}) { id } }",
+        'mutation($s: String!, $p: JSON!) { recordEvent(input: {subjectId: $s, kind: "note", payload: $p}) { id } }',
         {"s": subject, "p": {"text": text}},
     )
     return data["recordEvent"]["id"]
@@ -54,7 +56,7 @@ def when(text: str) -> datetime:
 
 
 async def test_first_assertion_creates_an_active_fact(client: GraphQLClient, subject: str) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     result = await assert_fact(client, subject, "home_city", "Lyon", confidence=0.8, volatility="SLOW")
     fact = result["fact"]
     assert result["outcome"] == "CREATED"
@@ -97,7 +99,9 @@ async def test_equal_value_only_reinforces_the_fact(client: GraphQLClient, subje
     assert when(fact["lastReinforcedAt"]) >= when(first["recordedAt"])
     # Reinforcement keeps the fact's other fields.
     assert fact["confidence"] == 0.5 and fact["recordedAt"] == first["recordedAt"]
-    facts = await client.execute("query($s: String!) { facts(subjectId: $s) { edges { node { id } } } }", {"s": subject})
+    facts = await client.execute(
+        "query($s: String!) { facts(subjectId: $s) { edges { node { id } } } }", {"s": subject}
+    )
     assert [e["node"]["id"] for e in facts["facts"]["edges"]] == [first["id"]]
 
 
@@ -121,7 +125,7 @@ async def test_reinforcement_adds_new_source_events_to_provenance(client: GraphQ
 
 
 async def test_json_equality_ignores_key_order_at_every_depth(client: GraphQLClient, subject: str) -> None:
-    first = (await assert_fact(client, subject, "address", {"city": "Oslo", "geo": {"lat": 59.9, "lon": 10.7}}))
+    first = await assert_fact(client, subject, "address", {"city": "Oslo", "geo": {"lat": 59.9, "lon": 10.7}})
     again = await assert_fact(client, subject, "address", {"geo": {"lon": 10.7, "lat": 59.9}, "city": "Oslo"})
     assert again["outcome"] == "REINFORCED"
     assert again["fact"]["id"] == first["fact"]["id"]
@@ -241,7 +245,9 @@ async def test_contest_without_an_earlier_fact_just_creates(client: GraphQLClien
 async def test_source_events_resolve_to_the_recorded_events(client: GraphQLClient, subject: str) -> None:
     e1 = await record_event(client, subject, "I moved to Paris")
     fact = (await assert_fact(client, subject, "lives_in", "Paris", sourceEventIds=[e1]))["fact"]
-    data = await client.execute("query($id: ID!) { fact(id: $id) { sourceEvents { id kind payload } } }", {"id": fact["id"]})
+    data = await client.execute(
+        "query($id: ID!) { fact(id: $id) { sourceEvents { id kind payload } } }", {"id": fact["id"]}
+    )
     assert data["fact"]["sourceEvents"] == [{"id": e1, "kind": "note", "payload": {"text": "I moved to Paris"}}]
 
 

@@ -160,7 +160,9 @@ class CDP:
                 if not future.done():
                     future.set_exception(ConnectionError("the DevTools connection closed"))
 
-    async def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
+    async def send(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> dict[str, Any]:
         msg_id = next(self.ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.pending[msg_id] = future
@@ -287,9 +289,7 @@ RESPONSE_PANE = ".graphiql-response .CodeMirror"
 EDITED_QUERY = f'query Facts {{ facts(subjectId: "{SUBJECT}") {{ edges {{ node {{ predicate value }} }} }} }}'
 
 
-async def test_graphiql_renders_and_runs_queries_offline(
-    chromium: str, server: str, tmp_path: Path
-) -> None:
+async def test_graphiql_renders_and_runs_queries_offline(chromium: str, server: str, tmp_path: Path) -> None:
     seed(server)
     requests: list[str] = []
     failures: list[str] = []
@@ -339,9 +339,7 @@ async def test_graphiql_renders_and_runs_queries_offline(
                 )
 
         async def response_text() -> str:
-            return await js(
-                f"document.querySelector({json.dumps(RESPONSE_PANE)})?.CodeMirror?.getValue() ?? ''"
-            )
+            return await js(f"document.querySelector({json.dumps(RESPONSE_PANE)})?.CodeMirror?.getValue() ?? ''")
 
         async def screenshot(name: str) -> None:
             shot = await cdp.send("Page.captureScreenshot", {"format": "png"}, session=session)
@@ -358,9 +356,7 @@ async def test_graphiql_renders_and_runs_queries_offline(
             "the GraphiQL query editor",
         )
         assert "query Context" in editor_text and "context(" in editor_text, editor_text
-        await wait_for(
-            lambda: js("!!document.querySelector('.graphiql-execute-button')"), "the execute button"
-        )
+        await wait_for(lambda: js("!!document.querySelector('.graphiql-execute-button')"), "the execute button")
 
         # Run the example operation as it opens, with the run button.
         await click(".graphiql-execute-button")
@@ -409,6 +405,7 @@ async def test_graphiql_renders_and_runs_queries_offline(
             session=session,
         )
         assert probe["result"]["value"] == "blocked", probe
+
         # Blocked by our dead proxy, not by chance (a machine that happens to be offline).
         async def proxy_refusals() -> list[str]:
             return [f for f in failures if "ERR_PROXY_CONNECTION_FAILED" in f]

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import asyncpg
 from conftest import GraphQLClient, client_for
-from strawberry.extensions.validation_cache import _get_validate_cache
 from contextlib_helpers import with_settings
+from strawberry.extensions.validation_cache import _get_validate_cache
 
 from haki_context.core.runtime import Runtime
 from haki_context.db.pool import init_connection
@@ -81,7 +81,7 @@ async def test_introspection_and_ide_can_be_switched_off_for_production(runtime:
         assert "introspection" in error["message"].lower()
         page = await closed.http.get("/graphql", headers={"accept": "text/html"})
         assert page.status_code == 404
-        assert (await closed.execute("{ trace(id: \"nope\") { id } }"))["trace"] is None  # queries still work
+        assert (await closed.execute('{ trace(id: "nope") { id } }'))["trace"] is None  # queries still work
     finally:
         await closed.http.aclose()
 
@@ -97,5 +97,7 @@ async def test_introspection_and_ide_are_on_by_default(client: GraphQLClient) ->
 
 
 async def test_queries_over_get_are_refused(client: GraphQLClient) -> None:
-    response = await client.http.get("/graphql", params={"query": "{ __typename }"}, headers={"accept": "application/json"})
+    response = await client.http.get(
+        "/graphql", params={"query": "{ __typename }"}, headers={"accept": "application/json"}
+    )
     assert response.status_code in {400, 405, 404}

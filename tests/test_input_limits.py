@@ -43,7 +43,9 @@ def check_error(body: dict[str, Any], code: str) -> dict[str, Any]:
     return first
 
 
-async def expect(client: GraphQLClient, code: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+async def expect(
+    client: GraphQLClient, code: str, query: str, variables: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return check_error((await client.post(query, variables)).json(), code)
 
 
@@ -142,7 +144,11 @@ async def test_open_conflict_takes_2_to_250_ids(client: GraphQLClient, subject: 
 @pytest.mark.parametrize("bad", [-0.01, 1.01, -1, 2])
 async def test_confidence_must_be_within_0_and_1(client: GraphQLClient, subject: str, bad: float) -> None:
     await expect(client, "INVALID_INPUT", ASSERT, fact(subject, confidence=bad))
-    await expect(client, "INVALID_INPUT", f'mutation {{ assertFact(input: {{subjectId: "{subject}", predicate: "p", value: 1, confidence: {bad}}}) {{ outcome }} }}')
+    await expect(
+        client,
+        "INVALID_INPUT",
+        f'mutation {{ assertFact(input: {{subjectId: "{subject}", predicate: "p", value: 1, confidence: {bad}}}) {{ outcome }} }}',
+    )
 
 
 async def test_confidence_bounds_are_accepted(client: GraphQLClient, subject: str) -> None:
@@ -266,8 +272,18 @@ async def test_reads_by_malformed_id_are_null_not_errors(client: GraphQLClient) 
 
 def test_an_id_reads_as_python_s_uuid_does_in_any_form() -> None:
     u = str(uuid.uuid4())
-    forms = [u, u.upper(), "{" + u + "}", "urn:uuid:" + u, u.replace("-", ""), u + "\n", " " + u, u[:-1] + "g",
-             "nope", ""]
+    forms = [
+        u,
+        u.upper(),
+        "{" + u + "}",
+        "urn:uuid:" + u,
+        u.replace("-", ""),
+        u + "\n",
+        " " + u,
+        u[:-1] + "g",
+        "nope",
+        "",
+    ]
     for raw in forms:
         try:
             expected: str | None = str(uuid.UUID(raw))

@@ -27,7 +27,7 @@ from haki_context.db import embedded, migrate
 
 CLI = str(Path(sys.executable).with_name("haki-context"))
 KEY_LINE = re.compile(r"hk_[A-Za-z0-9_-]{43}")
-RECORD = "mutation($s: String!) { recordEvent(input: {subjectId: $s, kind: \"k\", payload: {}}) { id } }"
+RECORD = 'mutation($s: String!) { recordEvent(input: {subjectId: $s, kind: "k", payload: {}}) { id } }'
 
 
 def cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -27,9 +27,25 @@ from haki_context.db import scope_indexes  # noqa: E402
 def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.latency", "--smoke", "--embedder", "hashing",
-         "--out", str(tmp_path), "--cache-dir", str(tmp_path / "cache"), "--set", "scope_index_rows=100"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.latency",
+            "--smoke",
+            "--embedder",
+            "hashing",
+            "--out",
+            str(tmp_path),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--set",
+            "scope_index_rows=100",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

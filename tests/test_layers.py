@@ -23,7 +23,9 @@ def _imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against the module's package
-                base = path.relative_to(PACKAGE.parent).parent.parts[: len(path.relative_to(PACKAGE.parent).parent.parts) - (node.level - 1)]
+                base = path.relative_to(PACKAGE.parent).parent.parts[
+                    : len(path.relative_to(PACKAGE.parent).parent.parts) - (node.level - 1)
+                ]
                 names.add(".".join([*base, node.module or ""]).strip("."))
             else:
                 names.add(node.module or "")

@@ -68,12 +68,38 @@ class Query:
     def items(self) -> list[Item]:
         when = datetime(2026, 12, 4, 9, 30, tzinfo=timezone(timedelta(hours=2)))
         return [
-            Item(name="a", count=1, ratio=0.5, flag=True, colour=Colour.RED, at=when, ident=strawberry.ID("x1"),
-                 maybe=None, tags=["t"], broken=1.0, missing="m", part=Part(label="p", weight=1.5),
-                 parts=[Part(label="q", weight=None), Part(label="r", weight=2.0)], nothing=None),
-            Item(name="b", count=-2, ratio=1e-9, flag=False, colour=Colour.DEEP_BLUE, at=when, ident=strawberry.ID("x2"),
-                 maybe=2.5, tags=[], broken=math.nan, missing=None,  # type: ignore[arg-type]
-                 part=Part(label="s", weight=None), parts=[], nothing=Part(label="t", weight=math.inf)),
+            Item(
+                name="a",
+                count=1,
+                ratio=0.5,
+                flag=True,
+                colour=Colour.RED,
+                at=when,
+                ident=strawberry.ID("x1"),
+                maybe=None,
+                tags=["t"],
+                broken=1.0,
+                missing="m",
+                part=Part(label="p", weight=1.5),
+                parts=[Part(label="q", weight=None), Part(label="r", weight=2.0)],
+                nothing=None,
+            ),
+            Item(
+                name="b",
+                count=-2,
+                ratio=1e-9,
+                flag=False,
+                colour=Colour.DEEP_BLUE,
+                at=when,
+                ident=strawberry.ID("x2"),
+                maybe=2.5,
+                tags=[],
+                broken=math.nan,
+                missing=None,  # type: ignore[arg-type]
+                part=Part(label="s", weight=None),
+                parts=[],
+                nothing=Part(label="t", weight=math.inf),
+            ),
         ]
 
 

@@ -9,7 +9,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
-
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, record
 
@@ -81,7 +80,9 @@ async def test_concurrent_migrations_apply_each_file_once(fresh_db: str) -> None
 
 
 async def _indexes(conn: asyncpg.Connection, table: str) -> dict[str, str]:
-    rows = await conn.fetch("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = $1", table)
+    rows = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename = $1", table
+    )
     return {r["indexname"]: r["indexdef"] for r in rows}
 
 
@@ -141,7 +142,8 @@ async def test_search_vector_is_generated_english_and_gin_indexed_by_scope(migra
         assert row is not None and row["is_generated"] == "ALWAYS"
         assert "to_tsvector('english'" in row["generation_expression"]
         stored = await conn.fetchval(
-            "SELECT attgenerated::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'", table
+            "SELECT attgenerated::text FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'search_vector'",
+            table,
         )
         assert stored == "s"  # STORED
     finally:

@@ -82,9 +82,9 @@ async def test_an_empty_list_has_no_cursor(client: GraphQLClient, subject: str) 
 
 
 async def test_facts_filter_by_status(client: GraphQLClient, subject: str) -> None:
-    old = (await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": "a", "value": 1}}))
-    new = (await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": "a", "value": 2}}))
-    gone = (await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": "b", "value": 3}}))
+    old = await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": "a", "value": 1}})
+    new = await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": "a", "value": 2}})
+    gone = await client.execute(ASSERT, {"input": {"subjectId": subject, "predicate": "b", "value": 3}})
     await client.execute("mutation($id: ID!) { retractFact(id: $id) { id } }", {"id": gone["assertFact"]["fact"]["id"]})
     expected = {
         "ACTIVE": [new["assertFact"]["fact"]["id"]],
@@ -112,9 +112,11 @@ async def test_events_pages_cover_every_event_once_latest_first(client: GraphQLC
         {"subjectId": subject, "kind": "note", "payload": {"i": i}, "occurredAt": f"2026-01-0{i + 1}T00:00:00+00:00"}
         for i in range(5)
     ]
-    events = (await client.execute(
-        "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
-    ))["recordEvents"]
+    events = (
+        await client.execute(
+            "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
+        )
+    )["recordEvents"]
     pages = await walk(client, EVENTS, "events", 2, s=subject)
     assert [len(p) for p in pages] == [2, 2, 1]
     assert [i for p in pages for i in p] == [e["id"] for e in reversed(events)]
@@ -123,9 +125,11 @@ async def test_events_pages_cover_every_event_once_latest_first(client: GraphQLC
 async def test_events_with_the_same_time_page_without_repeats_or_skips(client: GraphQLClient, subject: str) -> None:
     # A batch shares one occurredAt (the recording time): the id breaks the tie.
     inputs = [{"subjectId": subject, "kind": "note", "payload": {"i": i}} for i in range(9)]
-    events = (await client.execute(
-        "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
-    ))["recordEvents"]
+    events = (
+        await client.execute(
+            "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
+        )
+    )["recordEvents"]
     pages = await walk(client, EVENTS, "events", 2, s=subject)
     flat = [i for p in pages for i in p]
     assert len(flat) == len(set(flat)) == 9
@@ -156,7 +160,9 @@ async def test_conflicts_page_newest_first(client: GraphQLClient, subject: str) 
 
 async def test_first_defaults_to_50_and_null_means_the_default(client: GraphQLClient, subject: str) -> None:
     inputs = [{"subjectId": subject, "kind": "note", "payload": {"i": i}} for i in range(51)]
-    await client.execute("mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs})
+    await client.execute(
+        "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
+    )
     for first in (None, 50):
         conn = (await client.execute(EVENTS, {"s": subject, "first": first}))["events"]
         assert len(conn["edges"]) == 50 and conn["pageInfo"]["hasNextPage"] is True

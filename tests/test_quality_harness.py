@@ -72,13 +72,20 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
     _require_data()
     config = quality.parse_args(
         [
-            "--data", str(DATA),
-            "--conversations", "26",
-            "--limit-questions", "2",
-            "--embedder", "hashing",
-            "--label", "smoke",
-            "--out", str(tmp_path),
-            "--database-url", migrated,
+            "--data",
+            str(DATA),
+            "--conversations",
+            "26",
+            "--limit-questions",
+            "2",
+            "--embedder",
+            "hashing",
+            "--label",
+            "smoke",
+            "--out",
+            str(tmp_path),
+            "--database-url",
+            migrated,
             "--details",
             "--quiet",
         ]

@@ -50,11 +50,13 @@ async def test_prune_deletes_old_traces_with_their_decisions_in_batches(
 
 def test_prune_command_uses_the_retention_setting(pg_uri: str, tmp_path: Path) -> None:
     env = {**os.environ, "HAKI_DATABASE_URL": pg_uri, "HAKI_TRACE_RETENTION_DAYS": "3650"}
-    done = subprocess.run([Path(sys.executable).parent / "haki-context", "prune"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [Path(sys.executable).parent / "haki-context", "prune"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "older than 3650 day(s)" in done.stdout
     env.pop("HAKI_TRACE_RETENTION_DAYS")
-    refused = subprocess.run([Path(sys.executable).parent / "haki-context", "prune"], env=env, capture_output=True,
-                             text=True, timeout=120)
+    refused = subprocess.run(
+        [Path(sys.executable).parent / "haki-context", "prune"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert refused.returncode == 2 and "HAKI_TRACE_RETENTION_DAYS" in refused.stderr

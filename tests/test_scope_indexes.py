@@ -4,7 +4,7 @@ and a list of its common lexemes (the idf rank and multi-hop read them instead o
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 import numpy as np
@@ -219,8 +219,15 @@ async def test_scope_ids_that_look_like_sql_are_only_data(scoped: Runtime, sclie
     first = await context(sclient, hostile, "value about topic 1")
     assert scoped.own_indexes.tables(PROJECT, hostile) == {"facts"}  # no episodes: no index of those
     # Now the scope's own statement text, which names it with constants.
-    params = search_params(scoped.settings, PROJECT, hostile, np.zeros(384, np.float32), "q", datetime.now(timezone.utc),
-                           own_index_tables=scoped.own_indexes.tables(PROJECT, hostile))
+    params = search_params(
+        scoped.settings,
+        PROJECT,
+        hostile,
+        np.zeros(384, np.float32),
+        "q",
+        datetime.now(UTC),
+        own_index_tables=scoped.own_indexes.tables(PROJECT, hostile),
+    )
     sql = retrieval.candidates_text("facts", params)
     assert "'x''; DROP TABLE facts; --\"%I'" in sql
     again = await context(sclient, hostile, "value about topic 1")
@@ -290,7 +297,7 @@ async def test_a_listed_lexeme_weighs_what_counting_its_rows_gives(scoped: Runti
     assert {"topic", "valu"} <= set(await _listed(scoped, "weights"))
     query = "zebra value topic 2"
     vector = await scoped.embedder.embed_query(query)
-    params = search_params(scoped.settings, PROJECT, "weights", vector, query, datetime.now(timezone.utc))
+    params = search_params(scoped.settings, PROJECT, "weights", vector, query, datetime.now(UTC))
 
     async def scores() -> dict[str, float]:
         async with scoped.pool.acquire() as conn:
@@ -314,7 +321,7 @@ async def test_multi_hop_does_not_follow_an_entity_the_scope_lists_as_common(
     await assert_fact(sclient, "hops", "fact_rare", "a zebra about topic 2", mode="ADD")
     query = "zebra"
     vector = await scoped.embedder.embed_query(query)
-    params = search_params(scoped.settings, PROJECT, "hops", vector, query, datetime.now(timezone.utc))
+    params = search_params(scoped.settings, PROJECT, "hops", vector, query, datetime.now(UTC))
 
     async def hop(entity: str) -> list[str]:
         async with scoped.pool.acquire() as conn:

@@ -66,8 +66,11 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
         first = _serve(data_dir, port)
         try:
             _wait_ready(port, first)
-            event = _graphql(port, 'mutation { recordEvent(input: {subjectId: "s", kind: "note",'
-                                   ' payload: {text: "kept across restarts"}}) { id } }')["recordEvent"]["id"]
+            event = _graphql(
+                port,
+                'mutation { recordEvent(input: {subjectId: "s", kind: "note",'
+                ' payload: {text: "kept across restarts"}}) { id } }',
+            )["recordEvent"]["id"]
             page = httpx.get(f"http://127.0.0.1:{port}/graphql", headers={"accept": "text/html"}, timeout=10)
             assert page.status_code == 200 and "graphiql" in page.text.lower()
         finally:

@@ -14,7 +14,7 @@ async def test_healthz_and_readyz_answer(client: GraphQLClient) -> None:
 
 async def test_recorded_event_reads_back(client: GraphQLClient, subject: str) -> None:
     data = await client.execute(
-        "mutation($s: String!) { recordEvent(input: {subjectId: $s, kind: \"note\", payload: {text: \"hi\"}}) { id } }",
+        'mutation($s: String!) { recordEvent(input: {subjectId: $s, kind: "note", payload: {text: "hi"}}) { id } }',
         {"s": subject},
     )
     event_id = data["recordEvent"]["id"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
@@ -55,16 +55,19 @@ async def test_every_stats_field(project_client: ProjectClient, subject: str) ->
     assert later["contextCalls"] == 0 and later["activeFacts"] == 3  # totals are not windowed
 
 
-async def test_no_relevant_memory_calls_are_counted(runtime: Runtime, project_client: ProjectClient, subject: str) -> None:
+async def test_no_relevant_memory_calls_are_counted(
+    runtime: Runtime, project_client: ProjectClient, subject: str
+) -> None:
     gated = client_for(with_settings(runtime, recall_max_distance=0.2))
     try:
         headers = {"authorization": f"Bearer {project_client.key}"}
         await gated.execute(
-            "mutation($s: String!) { assertFact(input: {subjectId: $s, predicate: \"p\", value: \"violin\"}) { outcome } }",
-            {"s": subject}, **headers,
+            'mutation($s: String!) { assertFact(input: {subjectId: $s, predicate: "p", value: "violin"}) { outcome } }',
+            {"s": subject},
+            **headers,
         )
         await gated.execute(
-            "query($s: String!) { context(subjectId: $s, query: \"tax forms\") { traceId } }", {"s": subject}, **headers
+            'query($s: String!) { context(subjectId: $s, query: "tax forms") { traceId } }', {"s": subject}, **headers
         )
     finally:
         await gated.http.aclose()
@@ -83,17 +86,66 @@ async def traces_db(pg_uri: str) -> AsyncIterator[asyncpg.Connection]:
     await migrate.apply(dsn)
     conn = await asyncpg.connect(dsn)
     rng = random.Random(3)
-    start = datetime.now(timezone.utc) - timedelta(days=30)
+    start = datetime.now(UTC) - timedelta(days=30)
     rows = [
-        (f"p{i % 10}", uuid.uuid4(), "s", "q", 900, rng.randint(0, 900), "OK", None, [],
-         start + timedelta(seconds=i * 25), 1.0, 2.0, 0.5, 1.0, rng.uniform(5, 50), rng.randint(0, 5), rng.randint(0, 8),
-         3, 2, 0, 3, 0, 2, 0, 0, 0)
+        (
+            f"p{i % 10}",
+            uuid.uuid4(),
+            "s",
+            "q",
+            900,
+            rng.randint(0, 900),
+            "OK",
+            None,
+            [],
+            start + timedelta(seconds=i * 25),
+            1.0,
+            2.0,
+            0.5,
+            1.0,
+            rng.uniform(5, 50),
+            rng.randint(0, 5),
+            rng.randint(0, 8),
+            3,
+            2,
+            0,
+            3,
+            0,
+            2,
+            0,
+            0,
+            0,
+        )
         for i in range(100_000)
     ]
-    columns = ["project_id", "id", "subject_id", "query", "budget_tokens", "used_tokens", "status", "empty_reason",
-               "warnings", "created_at", "embed_ms", "retrieve_ms", "pack_ms", "persist_ms", "total_ms",
-               "facts_served", "episodes_served", "n_included", "n_excluded", "n_blocked", "n_top_score",
-               "n_multi_hop", "n_over_budget", "n_below_floor", "n_conflict_open", "n_volatility_expired"]
+    columns = [
+        "project_id",
+        "id",
+        "subject_id",
+        "query",
+        "budget_tokens",
+        "used_tokens",
+        "status",
+        "empty_reason",
+        "warnings",
+        "created_at",
+        "embed_ms",
+        "retrieve_ms",
+        "pack_ms",
+        "persist_ms",
+        "total_ms",
+        "facts_served",
+        "episodes_served",
+        "n_included",
+        "n_excluded",
+        "n_blocked",
+        "n_top_score",
+        "n_multi_hop",
+        "n_over_budget",
+        "n_below_floor",
+        "n_conflict_open",
+        "n_volatility_expired",
+    ]
     await conn.copy_records_to_table("context_traces", records=rows, columns=columns)
     await conn.execute("VACUUM ANALYZE context_traces")
     yield conn
@@ -105,7 +157,7 @@ async def test_stats_plan_reads_the_covering_index_not_the_table(traces_db: asyn
     assert "Index Only Scan using context_traces_stats" in plan, plan
     assert "Seq Scan on context_traces" not in plan and "trace_decisions" not in plan
     windowed = "\n".join(
-        r[0] for r in await traces_db.fetch("EXPLAIN " + STATS_SQL, "p3", datetime.now(timezone.utc) - timedelta(days=10))
+        r[0] for r in await traces_db.fetch("EXPLAIN " + STATS_SQL, "p3", datetime.now(UTC) - timedelta(days=10))
     )
     assert "Index Only Scan using context_traces_stats" in windowed, windowed
     assert "Seq Scan on context_traces" not in windowed

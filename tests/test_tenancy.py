@@ -68,7 +68,9 @@ async def tenants(runtime: Runtime) -> tuple[Tenant, Tenant]:
     return await make_tenant(runtime, "alpha"), await make_tenant(runtime, "beta")
 
 
-async def run(client: GraphQLClient, tenant: Tenant, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+async def run(
+    client: GraphQLClient, tenant: Tenant, query: str, variables: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return await client.execute(query, variables, **tenant.auth)
 
 
@@ -174,12 +176,14 @@ async def test_writes_naming_another_projects_ids_answer_like_unknown_ids(
     event_id = (await run(keyed, alpha, RECORD, {"input": {"subjectId": subject, "kind": "k", "payload": {}}}))[
         "recordEvent"
     ]["id"]
-    a1 = (await run(keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "p", "value": 1}}))
-    a2 = (await run(keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "p", "value": 2, "mode": "CONTEST"}}))
+    a1 = await run(keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "p", "value": 1}})
+    a2 = await run(
+        keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "p", "value": 2, "mode": "CONTEST"}}
+    )
     f1, f2 = a1["assertFact"]["fact"]["id"], a2["assertFact"]["fact"]["id"]
     conflict_id = a2["assertFact"]["conflict"]["id"]
-    b1 = (await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "q", "value": 1, "mode": "ADD"}}))
-    b2 = (await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "r", "value": 1, "mode": "ADD"}}))
+    b1 = await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "q", "value": 1, "mode": "ADD"}})
+    b2 = await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "r", "value": 1, "mode": "ADD"}})
     g1, g2 = b1["assertFact"]["fact"]["id"], b2["assertFact"]["fact"]["id"]
     beta_conflict = (await run(keyed, beta, OPEN, {"ids": [g1, g2]}))["openConflict"]["id"]
     unknown = str(uuid.uuid4())
@@ -190,7 +194,11 @@ async def test_writes_naming_another_projects_ids_answer_like_unknown_ids(
         (RESOLVE, lambda x: {"id": x, "keep": f1}, conflict_id),
         (DISMISS, lambda x: {"id": x}, conflict_id),
         (RESOLVE, lambda x: {"id": beta_conflict, "keep": x}, f1),  # keeping a foreign fact
-        (ASSERT, lambda x: {"input": {"subjectId": subject, "predicate": "s", "value": 1, "sourceEventIds": [x]}}, event_id),
+        (
+            ASSERT,
+            lambda x: {"input": {"subjectId": subject, "predicate": "s", "value": 1, "sourceEventIds": [x]}},
+            event_id,
+        ),
     ]
     for query, variables, foreign in cases:
         err = await fail(keyed, beta, query, variables(foreign))
@@ -202,10 +210,17 @@ async def test_writes_naming_another_projects_ids_answer_like_unknown_ids(
     for fact_id in (f1, f2):
         state = (await run(keyed, alpha, FACT_STATE, {"id": fact_id}))["fact"]
         assert state["status"] == "ACTIVE" and state["version"] == 1
-    open_sets = await run(keyed, alpha, "query($s: String!) { conflicts(subjectId: $s, status: OPEN) { edges { node { id } } } }", {"s": subject})
+    open_sets = await run(
+        keyed,
+        alpha,
+        "query($s: String!) { conflicts(subjectId: $s, status: OPEN) { edges { node { id } } } }",
+        {"s": subject},
+    )
     assert [e["node"]["id"] for e in open_sets["conflicts"]["edges"]] == [conflict_id]
     # Beta's own facts are untouched too (nothing half-written by the failed writes).
-    beta_facts = await run(keyed, beta, "query($s: String!) { facts(subjectId: $s) { edges { node { id } } } }", {"s": subject})
+    beta_facts = await run(
+        keyed, beta, "query($s: String!) { facts(subjectId: $s) { edges { node { id } } } }", {"s": subject}
+    )
     assert sorted(e["node"]["id"] for e in beta_facts["facts"]["edges"]) == sorted([g1, g2])
 
 
@@ -213,18 +228,31 @@ async def test_the_same_subject_and_predicate_in_two_projects_never_interact(
     keyed: GraphQLClient, tenants: tuple[Tenant, Tenant], subject: str
 ) -> None:
     alpha, beta = tenants
-    a = (await run(keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "fr"}}))["assertFact"]
+    a = (await run(keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "fr"}}))[
+        "assertFact"
+    ]
     # The same value in beta is a new fact there, not a reinforcement of alpha's.
-    b = (await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "fr"}}))["assertFact"]
+    b = (await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "fr"}}))[
+        "assertFact"
+    ]
     assert a["outcome"] == b["outcome"] == "CREATED" and a["fact"]["id"] != b["fact"]["id"]
     # A different value in beta supersedes only beta's fact.
-    c = (await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "en"}}))["assertFact"]
+    c = (await run(keyed, beta, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "en"}}))[
+        "assertFact"
+    ]
     assert [f["id"] for f in c["superseded"]] == [b["fact"]["id"]]
     assert (await run(keyed, alpha, FACT_STATE, {"id": a["fact"]["id"]}))["fact"]["status"] == "ACTIVE"
     # CONTEST in alpha opens a set of alpha's facts only.
-    d = (await run(keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "de", "mode": "CONTEST"}}))
+    d = await run(
+        keyed, alpha, ASSERT, {"input": {"subjectId": subject, "predicate": "lang", "value": "de", "mode": "CONTEST"}}
+    )
     assert d["assertFact"]["outcome"] == "CONFLICT_OPENED"
-    members = await run(keyed, alpha, "query($s: String!) { conflicts(subjectId: $s) { edges { node { facts { id } } } } }", {"s": subject})
+    members = await run(
+        keyed,
+        alpha,
+        "query($s: String!) { conflicts(subjectId: $s) { edges { node { facts { id } } } } }",
+        {"s": subject},
+    )
     (edge,) = members["conflicts"]["edges"]
     assert sorted(f["id"] for f in edge["node"]["facts"]) == sorted([a["fact"]["id"], d["assertFact"]["fact"]["id"]])
 
@@ -233,10 +261,14 @@ async def test_data_written_with_a_key_belongs_to_its_project(
     keyed: GraphQLClient, runtime: Runtime, tenants: tuple[Tenant, Tenant], subject: str
 ) -> None:
     alpha, _ = tenants
-    event_id = (await run(keyed, alpha, RECORD, {"input": {"subjectId": subject, "kind": "k", "payload": {}}}))["recordEvent"]["id"]
+    event_id = (await run(keyed, alpha, RECORD, {"input": {"subjectId": subject, "kind": "k", "payload": {}}}))[
+        "recordEvent"
+    ]["id"]
     async with runtime.pool.acquire() as conn:
         assert await conn.fetchval("SELECT project_id FROM events WHERE id = $1", uuid.UUID(event_id)) == alpha.project
-        chunk_projects = await conn.fetch("SELECT DISTINCT project_id FROM episode_chunks WHERE event_id = $1", uuid.UUID(event_id))
+        chunk_projects = await conn.fetch(
+            "SELECT DISTINCT project_id FROM episode_chunks WHERE event_id = $1", uuid.UUID(event_id)
+        )
     assert [r["project_id"] for r in chunk_projects] == [alpha.project]
 
 

@@ -35,7 +35,9 @@ async def test_traces_come_newest_first(project_client: ProjectClient, subject: 
     assert await _walk(project_client, 100) == list(reversed(ids))
 
 
-async def test_cursors_never_repeat_or_skip_while_new_traces_arrive(project_client: ProjectClient, subject: str) -> None:
+async def test_cursors_never_repeat_or_skip_while_new_traces_arrive(
+    project_client: ProjectClient, subject: str
+) -> None:
     before = await _calls(project_client, subject, 7)
 
     async def more() -> None:
@@ -77,7 +79,9 @@ async def test_a_trace_page_lists_counts_and_decisions_of_each(project_client: P
     )
     nodes = [e["node"] for e in data["traces"]["edges"]]
     assert [n["counts"]["included"] for n in nodes] == [1, 1, 1]
-    assert all(n["decisions"] == [{"itemKind": "FACT", "decision": "INCLUDED", "fact": {"predicate": "a"}}] for n in nodes)
+    assert all(
+        n["decisions"] == [{"itemKind": "FACT", "decision": "INCLUDED", "fact": {"predicate": "a"}}] for n in nodes
+    )
 
 
 async def test_listing_100_traces_costs_a_bounded_number_of_statements(

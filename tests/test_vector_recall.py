@@ -15,7 +15,7 @@ import random
 import uuid
 import zlib
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 import numpy as np
@@ -58,7 +58,7 @@ async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
     owners += [f"other-{i % 7}" for i in range(TABLE_ROWS - len(owners))]
     texts = _texts(rng, len(owners))
     vectors = HashingEncoder().encode(texts)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ids = [uuid.uuid4() for _ in owners]
     async with pool.acquire() as conn:
         await conn.copy_records_to_table(
@@ -67,8 +67,19 @@ async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
                 ("p", i, s, "note", t, str(n), "ACTIVE", "STABLE", now, t, v)
                 for n, (i, s, t, v) in enumerate(zip(ids, owners, texts, vectors))
             ],
-            columns=["project_id", "id", "subject_id", "predicate", "value", "value_hash", "status",
-                     "volatility", "recorded_at", "text", "embedding"],
+            columns=[
+                "project_id",
+                "id",
+                "subject_id",
+                "predicate",
+                "value",
+                "value_hash",
+                "status",
+                "volatility",
+                "recorded_at",
+                "text",
+                "embedding",
+            ],
         )
         await conn.copy_records_to_table(
             "events",
@@ -78,8 +89,17 @@ async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
         await conn.copy_records_to_table(
             "episode_chunks",
             records=[("p", i, 0, s, "note", now, t, t, v) for i, s, t, v in zip(ids, owners, texts, vectors)],
-            columns=["project_id", "event_id", "chunk", "subject_id", "kind", "occurred_at", "text", "excerpt",
-                     "embedding"],
+            columns=[
+                "project_id",
+                "event_id",
+                "chunk",
+                "subject_id",
+                "kind",
+                "occurred_at",
+                "text",
+                "excerpt",
+                "embedding",
+            ],
         )
         await conn.execute(
             "INSERT INTO subjects (project_id, subject_id, fact_rows, chunk_rows)"
@@ -117,9 +137,17 @@ async def test_vector_candidates_are_right_at_every_scope_size(
     recalls = []
     for vector in queries:
         params = retrieval.SearchParams(
-            project_id="p", subject_id=subject, vector=vector, query="zzzz", now=datetime.now(timezone.utc),
-            max_lexemes=32, lexeme_rows=1000, use_scope_index=plan == "hnsw", hnsw_fetch=FETCH,
-            horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+            project_id="p",
+            subject_id=subject,
+            vector=vector,
+            query="zzzz",
+            now=datetime.now(UTC),
+            max_lexemes=32,
+            lexeme_rows=1000,
+            use_scope_index=plan == "hnsw",
+            hnsw_fetch=FETCH,
+            horizon_volatile_s=1e9,
+            horizon_ephemeral_s=1e9,
             own_index_tables=frozenset({table}) if plan == "hnsw" else frozenset(),
         )
         async with recall_pool.acquire() as conn:
@@ -169,13 +197,22 @@ async def test_a_large_scope_is_searched_through_its_own_index_by_a_plan_made_on
     recall_pool: asyncpg.Pool, table: str
 ) -> None:
     vector = HashingEncoder().encode(["w1 w2 w3"])[0]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     async with recall_pool.acquire() as conn:
         assert await conn.fetchval("SHOW plan_cache_mode") == "auto"
         for subject in ("half", "tiny"):
             params = retrieval.SearchParams(
-                project_id="p", subject_id=subject, vector=vector, query="w1", now=now, max_lexemes=32, lexeme_rows=1000,
-                use_scope_index=True, hnsw_fetch=FETCH, horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+                project_id="p",
+                subject_id=subject,
+                vector=vector,
+                query="w1",
+                now=now,
+                max_lexemes=32,
+                lexeme_rows=1000,
+                use_scope_index=True,
+                hnsw_fetch=FETCH,
+                horizon_volatile_s=1e9,
+                horizon_ephemeral_s=1e9,
                 full_text_rank="idf",
             )
             # Not known yet: the shared text, which reports whether the scope has an index of its own.
@@ -187,12 +224,16 @@ async def test_a_large_scope_is_searched_through_its_own_index_by_a_plan_made_on
             # Past five runs PostgreSQL keeps one plan for all when it costs no more than theirs.
             for _ in range(7):
                 await _candidates(conn, table, known)
-            args = ((params.project_id, subject, vector, "w1", now, K, 32, 256, 1e9, 1e9, FETCH, 1000)
-                    if table == "facts" else ("p", subject, vector, "w1", K, 32, 8, FETCH, 1000))
+            args = (
+                (params.project_id, subject, vector, "w1", now, K, 32, 256, 1e9, 1e9, FETCH, 1000)
+                if table == "facts"
+                else ("p", subject, vector, "w1", K, 32, 8, FETCH, 1000)
+            )
             if subject == "half":  # which a large scope's own text does: planned once
-                assert await conn.fetchval(
-                    "SELECT generic_plans FROM pg_prepared_statements WHERE statement = $1", sql
-                ) > 0
+                assert (
+                    await conn.fetchval("SELECT generic_plans FROM pg_prepared_statements WHERE statement = $1", sql)
+                    > 0
+                )
             plan = await _generic_plan(conn, sql, args)
             own = scope_indexes.index_name(table, "p", subject)
             if subject == "half":  # its HNSW and IVFFlat indexes; its rows holding the word from the scoped lexemes
@@ -208,8 +249,17 @@ async def test_a_large_scope_is_searched_through_its_own_index_by_a_plan_made_on
 async def test_a_wrong_hint_costs_speed_never_rows(recall_pool: asyncpg.Pool, table: str) -> None:
     vector = HashingEncoder().encode(["w1 w2 w3"])[0]
     params = retrieval.SearchParams(
-        project_id="p", subject_id="tiny", vector=vector, query="w1", now=datetime.now(timezone.utc), max_lexemes=32,
-        lexeme_rows=1000, use_scope_index=True, hnsw_fetch=FETCH, horizon_volatile_s=1e9, horizon_ephemeral_s=1e9,
+        project_id="p",
+        subject_id="tiny",
+        vector=vector,
+        query="w1",
+        now=datetime.now(UTC),
+        max_lexemes=32,
+        lexeme_rows=1000,
+        use_scope_index=True,
+        hnsw_fetch=FETCH,
+        horizon_volatile_s=1e9,
+        horizon_ephemeral_s=1e9,
     )
     async with recall_pool.acquire() as conn:
         shared = await _candidates(conn, table, params)

@@ -16,7 +16,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 import numpy as np
@@ -95,9 +95,7 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     return with_write(assembly.packet, await assembly.written)
 
 
-async def start_assembly(
-    rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None
-) -> Assembly:
+async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None) -> Assembly:
     """Assemble the context packet for one subject and send its trace write, without waiting
     for it: the caller does other work (a GraphQL response's serialization) meanwhile, and
     awaits `written` before it serves the packet."""
@@ -108,7 +106,7 @@ async def start_assembly(
     budget = check_budget(budget, DEFAULT_BUDGET, s.max_budget)
     check_subject_id(subject_id)
     query = clean_query(query)
-    now = datetime.now(timezone.utc)  # one instant for every statement of this call
+    now = datetime.now(UTC)  # one instant for every statement of this call
 
     # 2. Embed the query once (cached by text).
     t = time.perf_counter()
@@ -173,7 +171,12 @@ async def start_assembly(
                 decided = [f.row.id for f in scored] + [r.id for r in found.blocked]
                 hop_task = asyncio.ensure_future(
                     _with_conn(
-                        rt, retrieval.multi_hop, params, hop_names, decided, s.multi_hop_max_per_entity,
+                        rt,
+                        retrieval.multi_hop,
+                        params,
+                        hop_names,
+                        decided,
+                        s.multi_hop_max_per_entity,
                         s.multi_hop_read_rows,
                     )
                 )
@@ -353,7 +356,7 @@ async def warm_connections(pool: asyncpg.Pool, s: Settings) -> None:
     """Plan the retrieval statements on the pool's `pool_min_size` connections (db/retrieval.warm),
     held at once so that they are different ones: the first calls after a start find them planned."""
     vector = np.full(DIMENSIONS, DIMENSIONS**-0.5, dtype=np.float32)  # any unit vector
-    params = search_params(s, "", "", vector, "warm up", datetime.now(timezone.utc))
+    params = search_params(s, "", "", vector, "warm up", datetime.now(UTC))
     conns = []
     try:
         for _ in range(s.pool_min_size):
@@ -393,7 +396,9 @@ def _facts(
 
 
 def _blocked(row: retrieval.FactRow, reason: ReasonCode, item_tokens: int | None = None) -> TraceDecision:
-    line_tokens = item_tokens if item_tokens is not None else tokens(fact_line(row.text, row.valid_from or row.recorded_at))
+    line_tokens = (
+        item_tokens if item_tokens is not None else tokens(fact_line(row.text, row.valid_from or row.recorded_at))
+    )
     return TraceDecision(
         item_kind=ItemKind.FACT,
         item_id=row.id,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -33,15 +33,17 @@ async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason
         if len(subjects) != 1:
             raise InvalidInput("every fact of a conflict set must belong to one subject", field="factIds")
         await db_facts.lock_subject(conn, project_id, subjects.pop())  # before any row lock
-        present = [f for f in facts_or_none(await db_facts.get_facts(conn, project_id, ids, for_update=True)) if f is not None]
+        present = [
+            f for f in facts_or_none(await db_facts.get_facts(conn, project_id, ids, for_update=True)) if f is not None
+        ]
         if any(f.status is not FactStatus.ACTIVE for f in present):
             raise InvalidInput("every fact of a conflict set must be ACTIVE", field="factIds")
         if any(f.open_conflict_id for f in present):
             raise InvalidInput("a fact is already in an OPEN conflict set", field="factIds")
-        now = datetime.now(timezone.utc)
-        return conflict_from_row(await db_conflicts.create(
-            conn, project_id, str(uuid.uuid4()), present[0].subject_id, ids, reason, now
-        ))
+        now = datetime.now(UTC)
+        return conflict_from_row(
+            await db_conflicts.create(conn, project_id, str(uuid.uuid4()), present[0].subject_id, ids, reason, now)
+        )
 
 
 async def resolve_conflict(rt: Runtime, project_id: str, raw_id: str, raw_keep: str) -> ConflictSet:
@@ -52,8 +54,10 @@ async def resolve_conflict(rt: Runtime, project_id: str, raw_id: str, raw_keep: 
         conflict = await _lock_open(conn, project_id, conflict_id)
         if keep not in conflict.fact_ids:
             raise IllegalTransition("keepFactId is not a member of this conflict set", field="keepFactId")
-        now = datetime.now(timezone.utc)
-        closed = conflict_from_row(await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, keep))
+        now = datetime.now(UTC)
+        closed = conflict_from_row(
+            await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, keep)
+        )
         others = [f for f in conflict.fact_ids if f != keep]
         facts_or_none(await db_facts.supersede(conn, project_id, others, keep, now))
         return closed
@@ -64,8 +68,10 @@ async def dismiss_conflict(rt: Runtime, project_id: str, raw_id: str) -> Conflic
     conflict_id = parse_id(raw_id)
     async with rt.pool.acquire() as conn, conn.transaction():
         await _lock_open(conn, project_id, conflict_id)
-        now = datetime.now(timezone.utc)
-        return conflict_from_row(await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.DISMISSED.value, now, None))
+        now = datetime.now(UTC)
+        return conflict_from_row(
+            await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.DISMISSED.value, now, None)
+        )
 
 
 async def _lock_open(conn: asyncpg.Connection, project_id: str, conflict_id: str) -> ConflictSet:

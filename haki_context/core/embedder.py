@@ -81,7 +81,7 @@ class MiniLMEncoder:
         self._batch_size = batch_size
         try:
             self._model = SentenceTransformer(str(path), device="cpu")
-        except Exception as exc:  # noqa: BLE001 - any load failure is fatal at start-up
+        except Exception as exc:
             raise EmbedderUnavailable(f"cannot load all-MiniLM-L6-v2 from {path}: {exc}") from exc
 
     def set_thread_count(self) -> None:
@@ -117,7 +117,12 @@ class OnnxMiniLMEncoder:
     space = MINILM_SPACE
 
     def __init__(
-        self, *, model_path: Path, weights: OnnxWeights = "fp32", threads: int = 1, batch_size: int = 64,
+        self,
+        *,
+        model_path: Path,
+        weights: OnnxWeights = "fp32",
+        threads: int = 1,
+        batch_size: int = 64,
         query_threads: int = 1,
     ) -> None:
         try:
@@ -139,7 +144,12 @@ class OnnxMiniLMEncoder:
 
     @classmethod
     def from_cache(
-        cls, cache_dir: Path, *, weights: OnnxWeights = "int8", threads: int = 1, batch_size: int = 64,
+        cls,
+        cache_dir: Path,
+        *,
+        weights: OnnxWeights = "int8",
+        threads: int = 1,
+        batch_size: int = 64,
         query_threads: int = 1,
     ) -> OnnxMiniLMEncoder:
         """The encoder over the `weights` build kept in `cache_dir`, built there first if it is
@@ -151,7 +161,7 @@ class OnnxMiniLMEncoder:
         model_dir = packaged_model_dir()
         try:
             path = onnx_export.ensure(cache_dir, model_dir, weights)
-        except Exception as exc:  # noqa: BLE001 - a failed build is fatal at start-up
+        except Exception as exc:
             raise EmbedderUnavailable(
                 f"cannot build the {weights} ONNX export of all-MiniLM-L6-v2 in {cache_dir}: {exc}"
             ) from exc
@@ -174,9 +184,7 @@ class OnnxMiniLMEncoder:
         encoded = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encoded], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-        hidden = session.run(
-            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        )[0]
+        hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         return (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
@@ -286,8 +294,11 @@ def build_encoder(
         return MiniLMEncoder(threads=threads, batch_size=batch_size)
     if provider in ("onnx", "onnx-fp32"):
         return OnnxMiniLMEncoder.from_cache(
-            model_cache, weights="fp32" if provider == "onnx-fp32" else "int8", threads=threads,
-            batch_size=batch_size, query_threads=query_threads,
+            model_cache,
+            weights="fp32" if provider == "onnx-fp32" else "int8",
+            threads=threads,
+            batch_size=batch_size,
+            query_threads=query_threads,
         )
     raise EmbedderUnavailable(
         f"unknown HAKI_EMBED_PROVIDER {provider!r} (use 'onnx', 'onnx-fp32', 'minilm' or 'hashing')"

@@ -11,8 +11,33 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 # Capitalised only because they start a sentence.
 SENTENCE_STARTERS = frozenset(
-    "the this that these those there here and with when where what which who "
-    "le la les un une des ce cette ces et avec".split()
+    [
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "and",
+        "with",
+        "when",
+        "where",
+        "what",
+        "which",
+        "who",
+        "le",
+        "la",
+        "les",
+        "un",
+        "une",
+        "des",
+        "ce",
+        "cette",
+        "ces",
+        "et",
+        "avec",
+    ]
 )
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..db import events as db_events
@@ -69,7 +69,7 @@ async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) 
     """Validate every input first, then embed and write everything in one transaction (all or nothing)."""
     if len(inputs) > MAX_BATCH:
         raise InvalidInput(f"at most {MAX_BATCH} events per call", field="inputs")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     limit = rt.settings.episode_excerpt_chars
     events: list[db_events.NewEvent] = []
     chunks: list[db_events.NewChunk] = []
@@ -109,6 +109,4 @@ async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) 
     if not events:
         return []
     await _write(rt, project_id, events, chunks)
-    return [
-        Event(e.id, e.subject_id, e.kind, e.payload, e.occurred_at, e.recorded_at, e.excerpt) for e in events
-    ]
+    return [Event(e.id, e.subject_id, e.kind, e.payload, e.occurred_at, e.recorded_at, e.excerpt) for e in events]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -72,7 +72,7 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
     async with rt.pool.acquire() as conn, conn.transaction():
         await _check_sources(conn, project_id, item.subject_id, source_ids)
         await db_facts.lock_subject(conn, project_id, item.subject_id)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         active = [
             (fact_from_row(row), h)
             for row, h in await db_facts.active_for_predicate(conn, project_id, item.subject_id, item.predicate)
@@ -82,25 +82,27 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
             fact = fact_from_row(await db_facts.reinforce(conn, project_id, equal[0].id, now, source_ids))
             return FactAssertion(fact=fact, outcome=AssertOutcome.REINFORCED)
 
-        new = fact_from_row(await db_facts.insert_fact(
-            conn,
-            project_id,
-            db_facts.NewFact(
-                id=str(uuid.uuid4()),
-                subject_id=item.subject_id,
-                predicate=item.predicate,
-                value=item.value,
-                value_hash=vhash,
-                confidence=item.confidence,
-                volatility=item.volatility.value,
-                valid_from=item.valid_from,
-                valid_to=item.valid_to,
-                recorded_at=now,
-                source_event_ids=source_ids,
-                text=text,
-            ),
-            embedding,
-        ))
+        new = fact_from_row(
+            await db_facts.insert_fact(
+                conn,
+                project_id,
+                db_facts.NewFact(
+                    id=str(uuid.uuid4()),
+                    subject_id=item.subject_id,
+                    predicate=item.predicate,
+                    value=item.value,
+                    value_hash=vhash,
+                    confidence=item.confidence,
+                    volatility=item.volatility.value,
+                    valid_from=item.valid_from,
+                    valid_to=item.valid_to,
+                    recorded_at=now,
+                    source_event_ids=source_ids,
+                    text=text,
+                ),
+                embedding,
+            )
+        )
         others = [fact for fact, _ in active]
         if not others or item.mode is AssertMode.ADD:
             return FactAssertion(fact=new, outcome=AssertOutcome.CREATED)
@@ -126,10 +128,12 @@ async def _supersede(
 ) -> FactAssertion:
     # Superseding members of an OPEN set settles that set: RESOLVED, with no kept fact.
     for conflict_id in sorted({f.open_conflict_id for f in others if f.open_conflict_id}):
-        conflict_from_row(await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, None))
-    superseded = facts_or_none(await db_facts.supersede(
-        conn, project_id, [f.id for f in others], new.id, new.valid_from or now
-    ))
+        conflict_from_row(
+            await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, None)
+        )
+    superseded = facts_or_none(
+        await db_facts.supersede(conn, project_id, [f.id for f in others], new.id, new.valid_from or now)
+    )
     return FactAssertion(fact=new, outcome=AssertOutcome.SUPERSEDED_PREVIOUS, superseded=tuple(superseded))
 
 
@@ -144,9 +148,11 @@ async def _contest(
         await db_conflicts.add_members(conn, project_id, conflict_id, joining)
         conflict = conflict_from_row(await db_conflicts.get_one(conn, project_id, conflict_id))
     else:
-        conflict = conflict_from_row(await db_conflicts.create(
-            conn, project_id, str(uuid.uuid4()), new.subject_id, [f.id for f in others] + [new.id], None, now
-        ))
+        conflict = conflict_from_row(
+            await db_conflicts.create(
+                conn, project_id, str(uuid.uuid4()), new.subject_id, [f.id for f in others] + [new.id], None, now
+            )
+        )
     (fresh,) = facts_or_none(await db_facts.get_facts(conn, project_id, [new.id]))
     assert fresh is not None
     return FactAssertion(fact=fresh, outcome=AssertOutcome.CONFLICT_OPENED, conflict=conflict)

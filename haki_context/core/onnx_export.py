@@ -170,7 +170,12 @@ def build_int8(dest: Path, fp32: Path, reference: Encoder) -> float:
 
 
 def _checked_build(
-    dest: Path, make: Callable[[Path], None], reference: Encoder, what: str, *, min_cosine: float,
+    dest: Path,
+    make: Callable[[Path], None],
+    reference: Encoder,
+    what: str,
+    *,
+    min_cosine: float,
     min_mean: float = 0.0,
 ) -> np.ndarray:
     """Make a graph with `make` into a temporary file beside `dest`, and move it to `dest` only if its

@@ -35,7 +35,9 @@ async def facts_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = facts_or_none(await db_facts.page_facts(conn, project_id, subject_id, status.value if status else None, size + 1, key))
+        rows = facts_or_none(
+            await db_facts.page_facts(conn, project_id, subject_id, status.value if status else None, size + 1, key)
+        )
     return Page([(encode_cursor(f.recorded_at, f.id), f) for f in rows[:size]], len(rows) > size)
 
 
@@ -63,5 +65,9 @@ async def conflicts_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = conflicts_or_none(await db_conflicts.page_conflicts(conn, project_id, subject_id, status.value if status else None, size + 1, key))
+        rows = conflicts_or_none(
+            await db_conflicts.page_conflicts(
+                conn, project_id, subject_id, status.value if status else None, size + 1, key
+            )
+        )
     return Page([(encode_cursor(c.created_at, c.id), c) for c in rows[:size]], len(rows) > size)

@@ -56,7 +56,12 @@ async def build_pending(
                 name = await db_scope_indexes.build(conn, scope, ivf_rows)
                 log.info(
                     "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
-                    name, scope.project_id, scope.subject_id, scope.table, scope.rows, time.perf_counter() - started,
+                    name,
+                    scope.project_id,
+                    scope.subject_id,
+                    scope.table,
+                    scope.rows,
+                    time.perf_counter() - started,
                 )
                 built.append(scope)
             for scope in await db_scope_indexes.outdated(conn, ivf_rows, limit):
@@ -64,7 +69,11 @@ async def build_pending(
                 kinds = await db_scope_indexes.rebuild(conn, scope, ivf_rows)
                 log.info(
                     "scope indexes (%s) replaced for %s/%s (%s, %d rows) in %.1f s",
-                    ", ".join(kinds), scope.project_id, scope.subject_id, scope.table, scope.rows,
+                    ", ".join(kinds),
+                    scope.project_id,
+                    scope.subject_id,
+                    scope.table,
+                    scope.rows,
                     time.perf_counter() - started,
                 )
                 built.append(scope)
@@ -73,7 +82,12 @@ async def build_pending(
                 listed = await db_scope_lexemes.refresh(conn, scope, lexeme_rows)
                 log.info(
                     "common lexemes of %s/%s (%s, %d rows): %d listed in %.1f s",
-                    scope.project_id, scope.subject_id, scope.table, scope.rows, listed, time.perf_counter() - started,
+                    scope.project_id,
+                    scope.subject_id,
+                    scope.table,
+                    scope.rows,
+                    listed,
+                    time.perf_counter() - started,
                 )
             return built
         finally:

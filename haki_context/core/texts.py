@@ -135,6 +135,8 @@ def served_excerpt(excerpt_format: str, text: str, json_excerpt: str, is_turn: b
     if excerpt_format == "text" and is_turn:
         return text[:limit]
     return json_excerpt
+
+
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -20,9 +20,7 @@ from .runtime import Runtime
 
 async def traces_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[ContextTrace | None]:
     """Traces by id, in the order asked; None where unknown, malformed or of another project."""
-    return await by_id(
-        rt, project_id, ids, db_traces.get_traces, lambda rows: [r and trace_from_row(r) for r in rows]
-    )
+    return await by_id(rt, project_id, ids, db_traces.get_traces, lambda rows: [r and trace_from_row(r) for r in rows])
 
 
 async def decisions_by_trace(rt: Runtime, project_id: str, trace_ids: list[str]) -> list[list[TraceDecision]]:
@@ -99,13 +97,13 @@ async def stats(rt: Runtime, project_id: str, since: datetime | None) -> StatsOv
         active_facts=int(row["active_facts"]),
         events=int(row["events"]),
         open_conflicts=int(row["open_conflicts"]),
-        oldest_open_conflict_seconds=(datetime.now(timezone.utc) - oldest).total_seconds() if oldest else None,
+        oldest_open_conflict_seconds=(datetime.now(UTC) - oldest).total_seconds() if oldest else None,
     )
 
 
 async def prune(pool: asyncpg.Pool, older_than_days: float, *, batch_size: int = 1000) -> int:
     """Delete traces older than the retention, in short batches; returns how many were deleted."""
-    before = datetime.now(timezone.utc) - timedelta(days=older_than_days)
+    before = datetime.now(UTC) - timedelta(days=older_than_days)
     total = 0
     while True:
         async with pool.acquire() as conn:

@@ -63,8 +63,7 @@ async def close(
 ) -> asyncpg.Record:
     """Close an OPEN set (RESOLVED or DISMISSED); its facts stop being members of an open set."""
     await conn.execute(
-        "UPDATE conflict_sets SET status = $3, resolved_at = $4, kept_fact_id = $5"
-        " WHERE project_id = $1 AND id = $2",
+        "UPDATE conflict_sets SET status = $3, resolved_at = $4, kept_fact_id = $5 WHERE project_id = $1 AND id = $2",
         project_id,
         conflict_id,
         status,

@@ -106,13 +106,20 @@ def _tune(server: object, pgdata: Path) -> None:
     # the last column: whether pg_prewarm ships with this build (a preload library that is
     # missing would stop the server from starting).
     checks = [
-        f"pg_size_bytes(current_setting('{k}')) = pg_size_bytes('{v}')" if k in _SIZES
+        f"pg_size_bytes(current_setting('{k}')) = pg_size_bytes('{v}')"
+        if k in _SIZES
         else f"current_setting('{k}') = '{v}'"
         for k, v in wanted.items()
     ]
-    row = server.psql(  # type: ignore[attr-defined]
-        "SELECT " + ", ".join(checks) + ", EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_prewarm');"
-    ).splitlines()[2].split("|")
+    row = (
+        server.psql(  # type: ignore[attr-defined]
+            "SELECT "
+            + ", ".join(checks)
+            + ", EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_prewarm');"
+        )
+        .splitlines()[2]
+        .split("|")
+    )
     *same, prewarm_available = (cell.strip() == "t" for cell in row)
     changed = {k: v for (k, v), eq in zip(wanted.items(), same) if not eq}
     if not prewarm_available:

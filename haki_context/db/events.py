@@ -72,7 +72,19 @@ async def insert_chunks(
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
         """,
         [
-            (project_id, c.event_id, c.position, c.subject_id, c.kind, c.occurred_at, c.text, c.excerpt, c.is_turn, c.speaker, v)
+            (
+                project_id,
+                c.event_id,
+                c.position,
+                c.subject_id,
+                c.kind,
+                c.occurred_at,
+                c.text,
+                c.excerpt,
+                c.is_turn,
+                c.speaker,
+                v,
+            )
             for c, v in zip(chunks, embeddings)
         ],
     )

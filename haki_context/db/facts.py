@@ -59,7 +59,9 @@ async def active_for_predicate(
     return [(r, r["value_hash"]) for r in rows]
 
 
-async def insert_fact(conn: asyncpg.Connection, project_id: str, fact: NewFact, embedding: np.ndarray) -> asyncpg.Record:
+async def insert_fact(
+    conn: asyncpg.Connection, project_id: str, fact: NewFact, embedding: np.ndarray
+) -> asyncpg.Record:
     row = await conn.fetchrow(
         f"""
         INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, confidence, status,

@@ -52,14 +52,11 @@ async def list_keys(conn: asyncpg.Connection, project_id: str | None) -> list[Ke
 async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
     """Revoke by key id (or by its printed prefix); True when a live key was revoked."""
     result = await conn.execute(
-        "UPDATE api_keys SET revoked_at = now() WHERE revoked_at IS NULL"
-        " AND (key_id::text = $1 OR prefix = $1)",
+        "UPDATE api_keys SET revoked_at = now() WHERE revoked_at IS NULL AND (key_id::text = $1 OR prefix = $1)",
         key_id,
     )
     return result != "UPDATE 0"
 
 
 async def project_for_hash(conn: asyncpg.Connection | asyncpg.Pool, key_hash: bytes) -> str | None:
-    return await conn.fetchval(
-        "SELECT project_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash
-    )
+    return await conn.fetchval("SELECT project_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash)

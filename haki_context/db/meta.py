@@ -20,14 +20,10 @@ async def record_embedding_space(conn: asyncpg.Connection, space: str) -> None:
 
 
 async def holds_vectors(conn: asyncpg.Connection) -> bool:
-    return bool(
-        await conn.fetchval("SELECT EXISTS (SELECT 1 FROM facts) OR EXISTS (SELECT 1 FROM episode_chunks)")
-    )
+    return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM facts) OR EXISTS (SELECT 1 FROM episode_chunks)"))
 
 
-async def text_batch(
-    conn: asyncpg.Connection, table: str, after: tuple | None, limit: int
-) -> list[asyncpg.Record]:
+async def text_batch(conn: asyncpg.Connection, table: str, after: tuple | None, limit: int) -> list[asyncpg.Record]:
     """A keyset batch of (key..., text) from `facts` or `episode_chunks`, for re-embedding."""
     if table == "facts":
         return await conn.fetch(

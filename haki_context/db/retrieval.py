@@ -90,9 +90,13 @@ _LEXEME_QUERIES = (
 
 # The query's lexemes one per row, each with its one-lexeme tsquery (q) and its scoped one (sq).
 _QUERY_LEXEMES = (
-    "SELECT lexeme, " + _QUOTED.format(lexeme="lexeme") + "::tsquery AS q, "
-    + _QUOTED.format(lexeme=_TAG + " || lexeme") + "::tsquery AS sq\n    FROM ("
-    + _TEXT_LEXEMES.format(text="$4::text", limit="{limit}") + ") l\n"
+    "SELECT lexeme, "
+    + _QUOTED.format(lexeme="lexeme")
+    + "::tsquery AS q, "
+    + _QUOTED.format(lexeme=_TAG + " || lexeme")
+    + "::tsquery AS sq\n    FROM ("
+    + _TEXT_LEXEMES.format(text="$4::text", limit="{limit}")
+    + ") l\n"
 )
 
 # A fact row the assembler may consider: active, and valid at $5.
@@ -119,8 +123,17 @@ _EXPIRED = """
 """
 
 _FACT_COLUMN_NAMES = (
-    "id", "predicate", "value", "confidence", "valid_from", "valid_to", "recorded_at",
-    "last_reinforced_at", "source_event_ids", "volatility", "text",
+    "id",
+    "predicate",
+    "value",
+    "confidence",
+    "valid_from",
+    "valid_to",
+    "recorded_at",
+    "last_reinforced_at",
+    "source_event_ids",
+    "volatility",
+    "text",
 )
 _FACT_COLUMNS = ", ".join(f"f.{c}" for c in _FACT_COLUMN_NAMES)
 
@@ -164,9 +177,9 @@ def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
     return _Lexical(
         ctes=f"tq AS ({_LEXEME_QUERIES.format(text='$4::text', limit=lexemes)}),",
-        top=f"""SELECT {key.replace('@', alias + '.')} FROM {table} {alias}, tq
+        top=f"""SELECT {key.replace("@", alias + ".")} FROM {table} {alias}, tq
             WHERE {scope} AND {k} > 0 AND {_SCOPED.format(alias=alias)} @@ tq.sq
-            ORDER BY {rank} DESC, {key.replace('@', alias + '.')} LIMIT {k}""",
+            ORDER BY {rank} DESC, {key.replace("@", alias + ".")} LIMIT {k}""",
         join=", tq",
         rank_expr=f"CASE WHEN {alias}.search_vector @@ tq.q THEN {rank} ELSE 0 END",
     )
@@ -193,7 +206,7 @@ def _idf(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap
 ),
 hits AS MATERIALIZED (
     SELECT l.lexeme, h.* FROM lex l
-    CROSS JOIN LATERAL (SELECT {key.replace('@', alias + '.')} FROM {table} {alias}
+    CROSS JOIN LATERAL (SELECT {key.replace("@", alias + ".")} FROM {table} {alias}
                         WHERE l.df IS NULL AND {scope} AND {_SCOPED.format(alias=alias)} @@ l.sq
                         LIMIT {cap}) h
 ),
@@ -249,7 +262,9 @@ vec AS (
     ORDER BY d, id LIMIT $6
 ),""",
     "hnsw": _own_index_union(
-        "facts", "f", "@id",
+        "facts",
+        "f",
+        "@id",
         f"f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
         "$6",
     ),
@@ -279,8 +294,13 @@ def _size(table: str, rows_column: str, k: str, most: str) -> str:
 
 def _fact_candidates_sql(rank: str, plan: str) -> str:
     lexical = FULL_TEXT_RANKS[rank](
-        "facts", "f", f"{_TEXT_SCOPE.format(a='f')} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
-        "@id", "$6", "$7", "$12",
+        "facts",
+        "f",
+        f"{_TEXT_SCOPE.format(a='f')} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
+        "@id",
+        "$6",
+        "$7",
+        "$12",
     )
     return f"""
 WITH {_size("facts", "fact_rows", k="$6", most="$11")},
@@ -484,21 +504,50 @@ def _fact_row(r: asyncpg.Record) -> FactRow:
 
 def _fact_args(p: SearchParams, top_k: int, blocked_limit: int) -> tuple[Any, ...]:
     return (
-        p.project_id, p.subject_id, p.vector, p.query, p.now, top_k, p.max_lexemes, blocked_limit,
-        p.horizon_volatile_s, p.horizon_ephemeral_s, p.hnsw_fetch, *_rank_args(p),
+        p.project_id,
+        p.subject_id,
+        p.vector,
+        p.query,
+        p.now,
+        top_k,
+        p.max_lexemes,
+        blocked_limit,
+        p.horizon_volatile_s,
+        p.horizon_ephemeral_s,
+        p.hnsw_fetch,
+        *_rank_args(p),
     )
 
 
 def _episode_args(p: SearchParams, vector_k: int, text_k: int) -> tuple[Any, ...]:
-    return (p.project_id, p.subject_id, p.vector, p.query, vector_k, p.max_lexemes, text_k, p.hnsw_fetch, *_rank_args(p))
+    return (
+        p.project_id,
+        p.subject_id,
+        p.vector,
+        p.query,
+        vector_k,
+        p.max_lexemes,
+        text_k,
+        p.hnsw_fetch,
+        *_rank_args(p),
+    )
 
 
 def _multi_hop_args(
     p: SearchParams, entities: list[str], exclude_ids: list[str], per_entity: int, read_rows: int
 ) -> tuple[Any, ...]:
     return (
-        p.project_id, p.subject_id, p.vector, entities, p.now, exclude_ids, per_entity, p.max_lexemes,
-        p.horizon_volatile_s, p.horizon_ephemeral_s, read_rows,
+        p.project_id,
+        p.subject_id,
+        p.vector,
+        entities,
+        p.now,
+        exclude_ids,
+        per_entity,
+        p.max_lexemes,
+        p.horizon_volatile_s,
+        p.horizon_ephemeral_s,
+        read_rows,
     )
 
 
@@ -519,9 +568,7 @@ async def warm(conn: asyncpg.Connection, p: SearchParams) -> None:
         await conn.fetch("EXPLAIN " + text, *args)
 
 
-async def fact_candidates(
-    conn: asyncpg.Connection, p: SearchParams, top_k: int, blocked_limit: int
-) -> FactCandidates:
+async def fact_candidates(conn: asyncpg.Connection, p: SearchParams, top_k: int, blocked_limit: int) -> FactCandidates:
     """Phase 1 and 2 in one statement: the union of vector and full-text top-k, scored
     components for each, plus the scope's facts held in OPEN conflict sets."""
     rows = await conn.fetch(candidates_text("facts", p), *_fact_args(p, top_k, blocked_limit))

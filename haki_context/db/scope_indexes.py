@@ -207,9 +207,7 @@ async def _ready_with_options(
         *((scope.project_id, scope.subject_id, scope.table) if scope else (None, None, None)),
     )
     scopes = [Scope(r["project_id"], r["subject_id"], r["table_name"], r["n"]) for r in rows]
-    names = [
-        {kind: index_name(s.table, s.project_id, s.subject_id, kind) for kind in IndexKind} for s in scopes
-    ]
+    names = [{kind: index_name(s.table, s.project_id, s.subject_id, kind) for kind in IndexKind} for s in scopes]
     options = {
         o["relname"]: o["reloptions"]
         for o in await conn.fetch(
@@ -258,7 +256,9 @@ async def _replace(conn: asyncpg.Connection, kind: IndexKind, scope: Scope) -> N
         await conn.execute(await _create_ddl(conn, kind, next_name, scope))
     if old is not None:
         await _drop(conn, name)
-    await conn.execute(await conn.fetchval("SELECT format('ALTER INDEX %I RENAME TO %I', $1::text, $2::text)", next_name, name))
+    await conn.execute(
+        await conn.fetchval("SELECT format('ALTER INDEX %I RENAME TO %I', $1::text, $2::text)", next_name, name)
+    )
 
 
 async def _validity(conn: asyncpg.Connection, name: str) -> bool | None:

@@ -19,9 +19,19 @@ REASON_COLUMNS: dict[str, str] = {
 
 # The decision columns, as named by core.packet.TraceDecision's fields, with their SQL types.
 _DECISION_COLUMNS = {
-    "item_kind": "text", "item_id": "uuid", "chunk": "int", "decision": "text", "reason_code": "text",
-    "rank": "int", "score": "float8", "similarity": "float8", "full_text": "float8", "recency": "float8",
-    "distance": "float8", "tokens": "int", "via_entity": "text",
+    "item_kind": "text",
+    "item_id": "uuid",
+    "chunk": "int",
+    "decision": "text",
+    "reason_code": "text",
+    "rank": "int",
+    "score": "float8",
+    "similarity": "float8",
+    "full_text": "float8",
+    "recency": "float8",
+    "distance": "float8",
+    "tokens": "int",
+    "via_entity": "text",
 }
 _DECISION_FIELDS = tuple(_DECISION_COLUMNS)
 _DECISION_TYPES = ", ".join(f"{name} {kind}" for name, kind in _DECISION_COLUMNS.items())

@@ -30,7 +30,7 @@ async def timings(ctx: RequestContext, trace: ContextTrace) -> TraceTimings:
         return trace.timings
     try:
         persist_ms = await write.written
-    except Exception:  # noqa: BLE001 - reported once, for the whole response (schema.writes)
+    except Exception:
         return trace.timings
     return assembler.written_timings(trace.timings, persist_ms)
 

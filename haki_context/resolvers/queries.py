@@ -62,12 +62,12 @@ async def event_of(ctx: RequestContext, id: str | None) -> Event | None:
     return None if id is None else await ctx.loaders.events.load(id)
 
 
-def fact_loaded(ctx: RequestContext, id: str) -> Fact | None | Awaitable[Fact | None]:
+def fact_loaded(ctx: RequestContext, id: str) -> Fact | Awaitable[Fact | None] | None:
     """The fact at once when this request has loaded it already, else an awaitable of it."""
     return _loaded(ctx.loaders.facts, id)
 
 
-def event_loaded(ctx: RequestContext, id: str) -> Event | None | Awaitable[Event | None]:
+def event_loaded(ctx: RequestContext, id: str) -> Event | Awaitable[Event | None] | None:
     """The event at once when this request has loaded it already, else an awaitable of it."""
     return _loaded(ctx.loaders.events, id)
 

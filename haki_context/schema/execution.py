@@ -112,7 +112,10 @@ class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
                         results[response_name] = value
                         continue
                 result = super().execute_field(
-                    parent_type, source_value, field_details_list, Path(path, response_name, parent_type.name),
+                    parent_type,
+                    source_value,
+                    field_details_list,
+                    Path(path, response_name, parent_type.name),
                     position_context,
                 )
                 if result is not Undefined:
@@ -142,6 +145,6 @@ def _read(plain: _PlainLeaf, source: Any) -> Any:
         if value is None:
             return None if plain.nullable else Undefined
         coerced = plain.type.coerce_output_value(value)
-    except Exception:  # noqa: BLE001 - the general path raises it again, located
+    except Exception:
         return Undefined
     return Undefined if coerced is None else coerced

@@ -30,16 +30,12 @@ __all__ = ["VENDORED_FILES", "render_graphiql_page"]
 # table and scripts/refresh_graphiql.sh together.
 VENDORED_FILES: dict[str, str] = {
     "https://unpkg.com/react@18.2.0/umd/react.production.min.js": "react.production.min.js",
-    "https://unpkg.com/react-dom@18.2.0/umd/react-dom.production.min.js": (
-        "react-dom.production.min.js"
-    ),
+    "https://unpkg.com/react-dom@18.2.0/umd/react-dom.production.min.js": ("react-dom.production.min.js"),
     "https://unpkg.com/js-cookie@3.0.5/dist/js.cookie.min.js": "js.cookie.min.js",
     "https://unpkg.com/graphiql@3.8.3/graphiql.min.css": "graphiql.min.css",
     "https://unpkg.com/graphiql@3.8.3/graphiql.min.js": "graphiql.min.js",
     "https://unpkg.com/@graphiql/plugin-explorer@1.0.2/dist/style.css": "plugin-explorer.css",
-    "https://unpkg.com/@graphiql/plugin-explorer@1.0.2/dist/index.umd.js": (
-        "plugin-explorer.umd.js"
-    ),
+    "https://unpkg.com/@graphiql/plugin-explorer@1.0.2/dist/index.umd.js": ("plugin-explorer.umd.js"),
 }
 
 # A <script ...> or <link ...> start tag. Attribute values are matched as
@@ -70,12 +66,7 @@ def _js_string(value: str) -> str:
     contains ``</script>`` or ``<!--`` from ending or confusing the script
     element; the JS value is unchanged.
     """
-    return (
-        json.dumps(value, ensure_ascii=True)
-        .replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-    )
+    return json.dumps(value, ensure_ascii=True).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def render_graphiql_page(default_query: str, static_prefix: str = "/static/graphiql") -> str:
@@ -134,9 +125,7 @@ def render_graphiql_page(default_query: str, static_prefix: str = "/static/graph
 
     # A function replacement: a string one would interpret the backslashes of
     # the \u escapes as regex escapes.
-    page, count = _EXAMPLE_QUERY_RE.subn(
-        lambda _: f"const EXAMPLE_QUERY = {_js_string(default_query)};", page
-    )
+    page, count = _EXAMPLE_QUERY_RE.subn(lambda _: f"const EXAMPLE_QUERY = {_js_string(default_query)};", page)
     if count != 1:
         raise RuntimeError("Strawberry's GraphiQL template has no EXAMPLE_QUERY to replace")
 

@@ -46,7 +46,9 @@ class TraceDecision:
     rank: int | None = strawberry.field(description="1-based position in score order; null for blocked items.")
     score: float | None = strawberry.field(description="Hybrid score; null for blocked items.")
     similarity: float | None = strawberry.field(description="1 - cosine distance.")
-    full_text: float | None = strawberry.field(description="Full-text rank: by default the share of the query's idf weight the item holds (0..1).")
+    full_text: float | None = strawberry.field(
+        description="Full-text rank: by default the share of the query's idf weight the item holds (0..1)."
+    )
     recency: float | None = strawberry.field(description="exp(-age / 30 days) with the defaults.")
     distance: float | None = strawberry.field(description="Cosine distance to the query.")
     tokens: int = strawberry.field(description="Tokens the item takes (or would take) in `rendered`.")
@@ -157,7 +159,9 @@ class ContextPacket:
     trace_id: strawberry.ID = strawberry.field(description="Id of the persisted trace of this call.")
     facts: list[PacketFact] = strawberry.field(description="By decreasing score; multi-hop facts after the main pack.")
     episodes: list[Episode] = strawberry.field(description="After the facts, in the same budget.")
-    warnings: list[str] = strawberry.field(description="e.g. open_conflict: 2 fact(s) hidden pending conflict resolution")
+    warnings: list[str] = strawberry.field(
+        description="e.g. open_conflict: 2 fact(s) hidden pending conflict resolution"
+    )
     status: PacketStatus = strawberry.field(description="DEGRADED exactly when warnings is not empty.")
     empty_reason: EmptyReason | None = strawberry.field(
         description="NO_RELEVANT_MEMORY only when the recall gate emptied a non-empty candidate set."
@@ -196,7 +200,9 @@ class StatsOverview:
         description="Age of the oldest OPEN conflict set; null when none."
     )
 
-    @strawberry.field(description="Share of context calls that served at least one fact.", deprecation_reason="Use injectionRate.")
+    @strawberry.field(
+        description="Share of context calls that served at least one fact.", deprecation_reason="Use injectionRate."
+    )
     def hit_rate(self) -> float:
         return self.injection_rate
 

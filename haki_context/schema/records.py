@@ -75,6 +75,8 @@ class ConflictSetType:
 @strawberry.type(name="FactAssertion", description="What assertFact did.")
 class FactAssertionType:
     fact: FactType = strawberry.field(description="The fact written (or reinforced).")
-    outcome: AssertOutcome = strawberry.field(description="CREATED, SUPERSEDED_PREVIOUS, REINFORCED or CONFLICT_OPENED.")
+    outcome: AssertOutcome = strawberry.field(
+        description="CREATED, SUPERSEDED_PREVIOUS, REINFORCED or CONFLICT_OPENED."
+    )
     superseded: list[FactType] = strawberry.field(description="Facts this call moved to SUPERSEDED.")
     conflict: ConflictSetType | None = strawberry.field(description="The conflict set, when CONFLICT_OPENED.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import strawberry
 
@@ -11,8 +11,8 @@ from ..core.errors import InvalidInput
 
 def _serialize(value: datetime) -> str:
     if value.utcoffset() is None:  # never produced by the database (timestamptz), kept as a guard
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat()
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat()
 
 
 def _parse(value: object) -> datetime:
