@@ -57,5 +57,5 @@ def decisions(packet: dict[str, Any], **match: Any) -> list[dict[str, Any]]:
 
 
 def with_settings(rt: Runtime, **changes: Any) -> Runtime:
-    """The same pool and embedder with other settings."""
-    return replace(rt, settings=rt.settings.model_copy(update=changes))
+    """The same pool and embedder with other settings (validated: enum settings may be given as strings)."""
+    return replace(rt, settings=rt.settings.model_validate({**rt.settings.model_dump(), **changes}))

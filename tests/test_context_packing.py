@@ -152,7 +152,7 @@ async def test_episodes_are_the_closest_chunks_packed_after_facts(client: GraphQ
         assert e["excerpt"].startswith("Ann: note ") and len(e["excerpt"]) <= 300
 
 
-async def test_seed_excerpts_are_kind_and_compact_json(runtime: Runtime, subject: str) -> None:
+async def test_json_excerpts_are_kind_and_compact_json(runtime: Runtime, subject: str) -> None:
     c = client_for(with_settings(runtime, episode_excerpt_format="json", episode_top_k=8, episode_max_k=8))
     try:
         await record(c, subject, [f"note {i} about the garden" for i in range(12)])

@@ -1,13 +1,21 @@
 """The context assembler: `context(subjectId, query, budget)`, step by step.
 
-Read top to bottom, this module is the pipeline of DESIGN.md "The assembler":
+`start_assembly` is the pipeline (docs/design.md, "The assembler"):
 
-    1 validate  2 embed  3-4 candidates (phase 1 under the hard filters, phase 2 scoring)
-    5 block  6 recall gate  7 pack  8 multi-hop  9 episodes  10 packet  11 trace
+    1 validate  2 embed  3 candidates under the hard filters (SQL)  4 score
+    5 block  6 recall gate  7 pack facts  8 multi-hop  9 episodes  10 packet  11 trace
+
+The steps overlap on purpose, in this real order: both candidates statements
+(facts, episodes) are sent at once; the facts are scored, blocked, gated and
+packed while the episodes' statement runs; the multi-hop statement, which needs
+only the packed facts, is sent before the episodes are scored; multi-hop facts
+are packed before the episodes, which take what budget is left; the trace write
+is sent last and runs while the caller serializes the response.
 
 Each rule lives in one place: the hard filters and the search plan in
-db/retrieval.py (they must run inside SQL), the score in scoring.py, tokens and
-lines in packing.py, entities in entities.py; this module decides.
+db/retrieval.py (they must run inside SQL), the score in scoring.py, tokens,
+lines and the decision ladder in packing.py, entities in entities.py, excerpts
+in texts.py; this module decides the order.
 """
 
 from __future__ import annotations
@@ -15,34 +23,30 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
 import numpy as np
 
 from ..db import retrieval
 from ..db import traces as db_traces
-from ..settings import Settings
+from ..settings import EpisodeRanking, Settings
 from .embedder import DIMENSIONS
 from .entities import entities, names, query_words
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
-from .packet import (
-    ContextPacket,
-    ContextTrace,
-    DecisionCounts,
-    Episode,
-    PacketFact,
-    TraceDecision,
-    TraceTimings,
-)
-from .packing import episode_line, fact_line, pack, render, tokens
+from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
+from .packing import Section, episode_line, fact_line, pack_section, render, tokens
 from .runtime import Runtime
-from .scoring import Components, Weights, score_pool
+from .scoring import Components, Weights, components
 from .texts import served_excerpt
 
-DEFAULT_BUDGET = 900
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -58,25 +62,14 @@ class _Fact:
 
 @dataclass(slots=True)
 class _Chunk:
+    """An episode chunk candidate on its way through the pipeline."""
+
     row: retrieval.ChunkRow
     parts: Components
     score: float
     line: str
     tokens: int
     excerpt: str
-
-
-@dataclass
-class _Decisions:
-    """The trace being built: decisions in rank order, by section."""
-
-    facts: list[TraceDecision] = field(default_factory=list)
-    multi_hop: list[TraceDecision] = field(default_factory=list)
-    blocked: list[TraceDecision] = field(default_factory=list)
-    episodes: list[TraceDecision] = field(default_factory=list)
-
-    def all(self) -> tuple[TraceDecision, ...]:
-        return tuple(self.facts + self.multi_hop + self.blocked + self.episodes)
 
 
 @dataclass(frozen=True)
@@ -100,209 +93,80 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
     for it: the caller does other work (a GraphQL response's serialization) meanwhile, and
     awaits `written` before it serves the packet."""
     s = rt.settings
-    started = time.perf_counter()
+    clock = _Clock()
 
-    # 1. Validate.
-    budget = check_budget(budget, DEFAULT_BUDGET, s.max_budget)
+    # 1. Validate, and take one instant for every statement of this call.
+    budget = check_budget(budget, s.max_budget)
     check_subject_id(subject_id)
     query = clean_query(query)
-    now = datetime.now(UTC)  # one instant for every statement of this call
+    now = datetime.now(UTC)
 
-    # 2. Embed the query once (cached by text).
-    t = time.perf_counter()
-    vector = await rt.embedder.embed_query(query)
-    embed_ms = _ms(t)
+    # 2. Embed the query (cached by text).
+    with clock.embedding():
+        vector = await rt.embedder.embed_query(query)
 
-    # 3-4. Candidates under the hard filters, scored on the union only; episodes alongside.
-    # The statements run concurrently, and the Python work on each result (scoring, packing,
-    # the multi-hop statement that depends on the packed facts) starts as soon as that result
-    # is in: retrieve_ms is the wall time of steps 3-9 less pack_ms, the time spent deciding.
-    retrieval_started = time.perf_counter()
+    # 3. Both candidates statements at once; everything after waits only for what it needs.
+    clock.retrieval_started()
     params = search_params(
         s, project_id, subject_id, vector, query, now, own_index_tables=rt.own_indexes.tables(project_id, subject_id)
     )
     episode_k = episode_candidates(s, budget)
-    facts_task = asyncio.ensure_future(
-        _with_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit)
-    )
-    episodes_task = asyncio.ensure_future(
-        _with_conn(rt, retrieval.episode_candidates, params, episode_k, min(s.episode_text_k, episode_k))
-    )
-    hop_task: asyncio.Future[list[tuple[str, retrieval.FactRow]]] | None = None
-    try:
+    weights = Weights.from_settings(s)
+    async with _in_flight() as spawn:
+        facts_task = spawn(_on_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit))
+        episodes_task = spawn(
+            _on_conn(rt, retrieval.episode_candidates, params, episode_k, min(s.episode_text_k, episode_k))
+        )
         found = await facts_task
         rt.own_indexes.saw(project_id, subject_id, "facts", found.own_index)
 
-        t = time.perf_counter()
-        weights = Weights.from_settings(s)
-        decisions = _Decisions()
-        scored = sorted(
-            _facts([row for row, _ in found.candidates], now, weights, s.fusion),
-            key=lambda f: (-f.parts.score, f.row.id),
-        )[: s.candidate_limit]
-        expired_ids = {row.id for row, expired in found.candidates if expired}
-
-        # 5. Block: members of OPEN conflict sets, and VOLATILE/EPHEMERAL candidates past their horizon.
-        for row in found.blocked:
-            decisions.blocked.append(_blocked(row, ReasonCode.CONFLICT_OPEN))
-        servable: list[_Fact] = []
-        for f in scored:
-            if f.row.id in expired_ids:
-                decisions.blocked.append(_blocked(f.row, ReasonCode.VOLATILITY_EXPIRED, f.tokens))
-            else:
-                servable.append(f)
-
-        # 6. Recall gate: beyond the distance, excluded whatever budget remains.
-        gate = s.recall_max_distance
-        gated: set[str] = set()
-        if gate > 0:
-            gated = {f.row.id for f in servable if f.parts.distance > gate}
-
-        # 7. Pack facts by decreasing score.
-        eligible = [f for f in servable if f.row.id not in gated]
-        kept, _over, left = pack(eligible, lambda f: f.tokens, budget)
-
-        # 8. Multi-hop: one hop through entities of the kept facts, full text only, never gated.
-        # Its statement is sent now (the task runs up to its first wait at the yield below);
-        # its rows are used after the episodes are scored.
-        if kept and left > 0 and s.multi_hop_max_entities > 0:
-            hop_names = entities((f.row.text for f in kept), query, s.multi_hop_max_entities)
-            if hop_names:
-                decided = [f.row.id for f in scored] + [r.id for r in found.blocked]
-                hop_task = asyncio.ensure_future(
-                    _with_conn(
-                        rt,
-                        retrieval.multi_hop,
-                        params,
-                        hop_names,
-                        decided,
-                        s.multi_hop_max_per_entity,
-                        s.multi_hop_read_rows,
-                    )
+        # 4-7. Score, block, gate and pack the facts.
+        with clock.deciding():
+            facts = _decide_facts(found, now, weights, s, budget)
+            hop_names = _hop_names(facts.section, query, s)
+        # 8. Multi-hop: its statement is sent now; its rows are used once the episodes are scored.
+        hop_task = None
+        if hop_names:
+            decided = [f.row.id for f in facts.scored] + [r.id for r in found.blocked]
+            hop_task = spawn(
+                _on_conn(
+                    rt,
+                    retrieval.multi_hop,
+                    params,
+                    hop_names,
+                    decided,
+                    s.multi_hop_max_per_entity,
+                    s.multi_hop_read_rows,
                 )
-                await asyncio.sleep(0)
+            )
+            await asyncio.sleep(0)  # the task runs up to its first wait: the statement is on the wire
 
-        kept_ids = {f.row.id for f in kept}
-        for rank, f in enumerate(servable, start=1):
-            if f.row.id in gated:
-                decision, reason = Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
-            elif f.row.id in kept_ids:
-                decision, reason = Decision.INCLUDED, ReasonCode.TOP_SCORE
-            else:
-                decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
-            decisions.facts.append(_fact_decision(f, rank, decision, reason))
-        pack_ms = _ms(t)
+        episodes_found = await episodes_task
+        rt.own_indexes.saw(project_id, subject_id, "episode_chunks", episodes_found.own_index)
+        with clock.deciding():
+            chunks = sorted(
+                _chunks(episodes_found.chunks, now, weights, s, query),
+                key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
+            )[:episode_k]
+        hop_rows = await hop_task if hop_task is not None else []
 
-        episodes = await episodes_task
-        rt.own_indexes.saw(project_id, subject_id, "episode_chunks", episodes.own_index)
-        t = time.perf_counter()
-        chunks = sorted(
-            _chunks(episodes.chunks, now, weights, s, query),
-            key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
-        )[:episode_k]
-        pack_ms += _ms(t)
+    with clock.deciding():
+        hops = pack_section(
+            _hop_facts(hop_rows, now, weights), _cost, facts.section.left, ReasonCode.MULTI_HOP_EXPANSION
+        )
+        # 9. Episodes, packed into what is left of the same budget.
+        gate = s.recall_max_distance
+        episodes = pack_section(chunks, _cost, hops.left, ReasonCode.TOP_SCORE, lambda c: 0 < gate < c.parts.distance)
+    clock.retrieval_ended()
 
-        hopped: list[_Fact] = []
-        if hop_task is not None:
-            rows = await hop_task
-            t = time.perf_counter()
-            seen: set[str] = set()
-            firsts = []
-            for entity, row in rows:
-                if row.id not in seen:
-                    seen.add(row.id)
-                    firsts.append((entity, row))
-            candidates = _facts([row for _, row in firsts], now, weights, s.fusion, [e for e, _ in firsts])
-            hopped, _, left = pack(candidates, lambda f: f.tokens, left)
-            hopped_ids = {f.row.id for f in hopped}
-            for rank, f in enumerate(candidates, start=len(servable) + 1):
-                if f.row.id in hopped_ids:
-                    decision, reason = Decision.INCLUDED, ReasonCode.MULTI_HOP_EXPANSION
-                else:
-                    decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
-                decisions.multi_hop.append(_fact_decision(f, rank, decision, reason))
-            pack_ms += _ms(t)
-    except BaseException:
-        # Let every statement still running finish, so no connection goes back mid-query.
-        pending = [task for task in (facts_task, episodes_task, hop_task) if task is not None and not task.done()]
-        await asyncio.gather(*pending, return_exceptions=True)
-        raise
-
-    # 9. Episodes, packed into what is left of the same budget.
-    t = time.perf_counter()
-    gated_chunks = {(c.row.event_id, c.row.chunk) for c in chunks if gate > 0 and c.parts.distance > gate}
-    kept_chunks, _, left = pack(
-        [c for c in chunks if (c.row.event_id, c.row.chunk) not in gated_chunks], lambda c: c.tokens, left
-    )
-    kept_chunk_keys = {(c.row.event_id, c.row.chunk) for c in kept_chunks}
-    for rank, c in enumerate(chunks, start=1):
-        key = (c.row.event_id, c.row.chunk)
-        if key in gated_chunks:
-            decision, reason = Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
-        elif key in kept_chunk_keys:
-            decision, reason = Decision.INCLUDED, ReasonCode.TOP_SCORE
-        else:
-            decision, reason = Decision.EXCLUDED, ReasonCode.OVER_BUDGET
-        decisions.episodes.append(_chunk_decision(c, rank, decision, reason))
-    pack_ms += _ms(t)
-    retrieve_ms = _ms(retrieval_started) - pack_ms
-
-    # 10. The packet.
-    t = time.perf_counter()
-    packet_facts = tuple(
-        [_packet_fact(f, ReasonCode.TOP_SCORE) for f in kept]
-        + [_packet_fact(f, ReasonCode.MULTI_HOP_EXPANSION) for f in hopped]
-    )
-    episodes = tuple(_episode(c) for c in kept_chunks)
-    warnings = _warnings(found.blocked_total, len(expired_ids & {f.row.id for f in scored}))
-    considered = len(servable) + len(chunks)
-    gated_all = len(gated) + len(gated_chunks)
-    empty_reason = (
-        EmptyReason.NO_RELEVANT_MEMORY
-        if gate > 0 and considered > 0 and gated_all == considered and not packet_facts and not episodes
-        else None
-    )
-    used = sum(f.tokens for f in kept) + sum(f.tokens for f in hopped) + sum(c.tokens for c in kept_chunks)
-    rendered = render([f.line for f in kept] + [f.line for f in hopped] + [c.line for c in kept_chunks])
-    pack_ms += _ms(t)
-
-    # 11. The trace: its write is sent now, and the packet is served only once it has committed
-    # (`assemble` waits for it; the GraphQL layer serializes the response meanwhile).
-    all_decisions = decisions.all()
-    trace = ContextTrace(
-        id=str(uuid.uuid4()),
-        subject_id=subject_id,
-        query=query,
-        budget_tokens=budget,
-        used_tokens=used,
-        status=PacketStatus.DEGRADED if warnings else PacketStatus.OK,
-        empty_reason=empty_reason,
-        warnings=warnings,
-        created_at=now,
-        timings=TraceTimings(embed_ms, retrieve_ms, pack_ms, 0.0, _ms(started)),
-        counts=_counts(all_decisions),
-        reason_counts=_reason_counts(all_decisions),
-        facts_served=len(packet_facts),
-        episodes_served=len(episodes),
-        decisions=all_decisions,
-    )
+    # 10-11. The packet, and its trace's write sent: the packet is served only once it has committed.
+    with clock.deciding():
+        trace = _trace(subject_id, query, budget, now, facts, hops, episodes, clock)
     written = asyncio.ensure_future(_write(rt, project_id, trace))
     # Observed even when no one awaits it (a request cancelled meanwhile): no "never retrieved" log.
     written.add_done_callback(lambda w: w.cancelled() or w.exception())
     await asyncio.sleep(0)  # the write runs up to its first wait: its statement is on the wire
-    packet = ContextPacket(
-        trace_id=trace.id,
-        facts=packet_facts,
-        episodes=episodes,
-        warnings=warnings,
-        status=trace.status,
-        empty_reason=empty_reason,
-        budget_tokens=budget,
-        used_tokens=used,
-        rendered=rendered,
-        trace=trace,
-    )
-    return Assembly(packet, written)
+    return Assembly(_packet(trace, facts.section.kept, hops.kept, episodes.kept), written)
 
 
 def with_write(packet: ContextPacket, persist_ms: float) -> ContextPacket:
@@ -313,9 +177,6 @@ def with_write(packet: ContextPacket, persist_ms: float) -> ContextPacket:
 def written_timings(timings: TraceTimings, persist_ms: float) -> TraceTimings:
     """A trace's timings once its write took `persist_ms` (total_ms includes it, as stored)."""
     return replace(timings, persist_ms=persist_ms, total_ms=timings.total_ms + persist_ms)
-
-
-# --- helpers, in the order the pipeline uses them
 
 
 def episode_candidates(s: Settings, budget: int) -> int:
@@ -347,7 +208,7 @@ def search_params(
         hnsw_fetch=s.hnsw_fetch_rows,
         horizon_volatile_s=s.horizon_volatile_days * 86400.0,
         horizon_ephemeral_s=s.horizon_ephemeral_days * 86400.0,
-        full_text_rank=s.full_text_rank,
+        full_text_rank=s.full_text_rank.value,
         own_index_tables=own_index_tables,
     )
 
@@ -368,31 +229,216 @@ async def warm_connections(pool: asyncpg.Pool, s: Settings) -> None:
             await pool.release(conn)
 
 
+# --- the steps
+
+
+@dataclass
+class _Clock:
+    """The phases' timings of one call: embed, retrieve (the wall time from the candidates
+    statements to the episodes' packing, less the time spent deciding) and pack (deciding)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    embed_ms: float = 0.0
+    pack_ms: float = 0.0
+    retrieve_ms: float = 0.0
+    _retrieval_started: float = 0.0
+
+    @contextmanager
+    def embedding(self) -> Iterator[None]:
+        t = time.perf_counter()
+        yield
+        self.embed_ms = _ms(t)
+
+    @contextmanager
+    def deciding(self) -> Iterator[None]:
+        t = time.perf_counter()
+        yield
+        self.pack_ms += _ms(t)
+
+    def retrieval_started(self) -> None:
+        self._retrieval_started = time.perf_counter()
+
+    def retrieval_ended(self) -> None:
+        self.retrieve_ms = _ms(self._retrieval_started) - self.pack_ms
+
+    def timings(self) -> TraceTimings:
+        return TraceTimings(self.embed_ms, self.retrieve_ms, self.pack_ms, 0.0, _ms(self.started))
+
+
+@dataclass(frozen=True)
+class _FactStep:
+    """Steps 4-7: the scored candidates, the blocked ones' decisions, and the packed section."""
+
+    scored: list[_Fact]
+    blocked: list[TraceDecision]
+    expired: int  # scored candidates blocked past their volatility horizon
+    blocked_total: int  # members of open conflict sets, beyond those listed
+    section: Section[_Fact]
+
+
+def _decide_facts(found: retrieval.FactCandidates, now: datetime, w: Weights, s: Settings, budget: int) -> _FactStep:
+    """4. Score the candidates; 5. block members of OPEN conflict sets and VOLATILE/EPHEMERAL
+    facts past their horizon; 6. gate by distance; 7. pack by decreasing score."""
+    scored = sorted(_facts([row for row, _ in found.candidates], now, w), key=lambda f: (-f.parts.score, f.row.id))[
+        : s.candidate_limit
+    ]
+    expired_ids = {row.id for row, expired in found.candidates if expired}
+    blocked = [_blocked(row, ReasonCode.CONFLICT_OPEN) for row in found.blocked]
+    blocked += [_blocked(f.row, ReasonCode.VOLATILITY_EXPIRED, f.tokens) for f in scored if f.row.id in expired_ids]
+    servable = [f for f in scored if f.row.id not in expired_ids]
+    gate = s.recall_max_distance
+    section = pack_section(servable, _cost, budget, ReasonCode.TOP_SCORE, lambda f: 0 < gate < f.parts.distance)
+    return _FactStep(scored, blocked, len(scored) - len(servable), found.blocked_total, section)
+
+
+def _hop_names(facts: Section[_Fact], query: str, s: Settings) -> list[str]:
+    """8. The entities of the packed facts to follow one hop (full text only, never gated)."""
+    if not facts.kept or facts.left <= 0 or s.multi_hop_max_entities <= 0:
+        return []
+    return entities((f.row.text for f in facts.kept), query, s.multi_hop_max_entities)
+
+
+def _hop_facts(rows: list[tuple[str, retrieval.FactRow]], now: datetime, w: Weights) -> list[_Fact]:
+    """The multi-hop candidates, in the statement's order, each fact once (its first entity)."""
+    seen: set[str] = set()
+    firsts = []
+    for entity, row in rows:
+        if row.id not in seen:
+            seen.add(row.id)
+            firsts.append((entity, row))
+    return _facts([row for _, row in firsts], now, w, [entity for entity, _ in firsts])
+
+
+def _facts(rows: list[retrieval.FactRow], now: datetime, w: Weights, via: list[str] | None = None) -> list[_Fact]:
+    """Score fact rows and build their served lines."""
+    out = []
+    for i, row in enumerate(rows):
+        dated = row.valid_from or row.recorded_at
+        parts = components(row.distance or 0.0, row.full_text or 0.0, dated, now, w)
+        line = fact_line(row.text, dated)
+        out.append(_Fact(row=row, parts=parts, line=line, tokens=tokens(line), via_entity=via[i] if via else None))
+    return out
+
+
+def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settings, query: str) -> list[_Chunk]:
+    """Score episode chunks and build their served lines."""
+    named = query_words(query) if s.speaker_boost else frozenset()
+    out = []
+    for row in rows:
+        p = components(row.distance, row.full_text, row.occurred_at, now, w)
+        score = p.score if s.episode_ranking is EpisodeRanking.HYBRID else p.similarity
+        if named and row.speaker and names(row.speaker, named):
+            score += s.speaker_boost  # "what did Caroline ..." is most often answered by Caroline
+        excerpt = served_excerpt(s.episode_excerpt_format, row.text, row.excerpt, row.is_turn, s.episode_excerpt_chars)
+        line = episode_line(excerpt, row.occurred_at)
+        out.append(_Chunk(row=row, parts=p, score=score, line=line, tokens=tokens(line), excerpt=excerpt))
+    return out
+
+
+def _cost(item: _Fact | _Chunk) -> int:
+    return item.tokens
+
+
+def _trace(
+    subject_id: str,
+    query: str,
+    budget: int,
+    now: datetime,
+    facts: _FactStep,
+    hops: Section[_Fact],
+    episodes: Section[_Chunk],
+    clock: _Clock,
+) -> ContextTrace:
+    """10. Every decision in rank order by section, and what the packet holds."""
+    servable = len(facts.section.verdicts)
+    decisions = (
+        [_fact_decision(v.item, rank, v.decision, v.reason) for rank, v in enumerate(facts.section.verdicts, 1)]
+        + [_fact_decision(v.item, rank, v.decision, v.reason) for rank, v in enumerate(hops.verdicts, servable + 1)]
+        + facts.blocked
+        + [_chunk_decision(v.item, rank, v.decision, v.reason) for rank, v in enumerate(episodes.verdicts, 1)]
+    )
+    warnings = _warnings(facts.blocked_total, facts.expired)
+    kept = facts.section.kept + hops.kept
+    gated = sum(d.reason_code is ReasonCode.BELOW_RELEVANCE_FLOOR for d in decisions)
+    considered = servable + len(episodes.verdicts)
+    all_gated = considered > 0 and gated == considered and not kept and not episodes.kept
+    return ContextTrace(
+        id=str(uuid.uuid4()),
+        subject_id=subject_id,
+        query=query,
+        budget_tokens=budget,
+        used_tokens=sum(f.tokens for f in kept) + sum(c.tokens for c in episodes.kept),
+        status=PacketStatus.DEGRADED if warnings else PacketStatus.OK,
+        empty_reason=EmptyReason.NO_RELEVANT_MEMORY if all_gated else None,
+        warnings=warnings,
+        created_at=now,
+        timings=clock.timings(),
+        counts=_counts(decisions),
+        reason_counts=_reason_counts(decisions),
+        facts_served=len(kept),
+        episodes_served=len(episodes.kept),
+        decisions=tuple(decisions),
+    )
+
+
+def _packet(trace: ContextTrace, kept: list[_Fact], hopped: list[_Fact], chunks: list[_Chunk]) -> ContextPacket:
+    """The packet the agent reads: facts by score, then multi-hop facts, then episodes."""
+    return ContextPacket(
+        trace_id=trace.id,
+        facts=tuple(
+            [_packet_fact(f, ReasonCode.TOP_SCORE) for f in kept]
+            + [_packet_fact(f, ReasonCode.MULTI_HOP_EXPANSION) for f in hopped]
+        ),
+        episodes=tuple(_episode(c) for c in chunks),
+        warnings=trace.warnings,
+        status=trace.status,
+        empty_reason=trace.empty_reason,
+        budget_tokens=trace.budget_tokens,
+        used_tokens=trace.used_tokens,
+        rendered=render([f.line for f in kept] + [f.line for f in hopped] + [c.line for c in chunks]),
+        trace=trace,
+    )
+
+
+# --- plumbing
+
+
+@asynccontextmanager
+async def _in_flight() -> AsyncIterator[Callable[[Awaitable[R]], asyncio.Future[R]]]:
+    """Start statements as tasks; on any error, let every one still running finish before the
+    error goes on, so no connection goes back to the pool mid-query."""
+    tasks: list[asyncio.Future[Any]] = []
+
+    def spawn(statement: Awaitable[R]) -> asyncio.Future[R]:
+        task = asyncio.ensure_future(statement)
+        tasks.append(task)
+        return task
+
+    try:
+        yield spawn
+    except BaseException:
+        await asyncio.gather(*(t for t in tasks if not t.done()), return_exceptions=True)
+        raise
+
+
+async def _on_conn(
+    rt: Runtime,
+    statement: Callable[Concatenate[asyncpg.Connection, P], Awaitable[R]],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> R:
+    """Run one db statement function on a pooled connection."""
+    async with rt.pool.acquire() as conn:
+        return await statement(conn, *args, **kwargs)
+
+
 async def _write(rt: Runtime, project_id: str, trace: ContextTrace) -> float:
     async with rt.pool.acquire() as conn:
         return await db_traces.insert(conn, project_id, trace, durable=rt.settings.durable_traces)
 
 
-async def _with_conn(rt: Runtime, fn, *args):  # type: ignore[no-untyped-def]
-    async with rt.pool.acquire() as conn:
-        return await fn(conn, *args)
-
-
 def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000.0
-
-
-def _facts(
-    rows: list[retrieval.FactRow], now: datetime, w: Weights, fusion: str, via: list[str] | None = None
-) -> list[_Fact]:
-    """Score one pool of fact rows (fusion may normalise over the pool) and build their lines."""
-    dated = [row.valid_from or row.recorded_at for row in rows]
-    parts = score_pool([(r.distance or 0.0, r.full_text or 0.0, d) for r, d in zip(rows, dated)], now, w, fusion)
-    out = []
-    for i, (row, p, at) in enumerate(zip(rows, parts, dated)):
-        line = fact_line(row.text, at)
-        out.append(_Fact(row=row, parts=p, line=line, tokens=tokens(line), via_entity=via[i] if via else None))
-    return out
 
 
 def _blocked(row: retrieval.FactRow, reason: ReasonCode, item_tokens: int | None = None) -> TraceDecision:
@@ -431,22 +477,6 @@ def _fact_decision(f: _Fact, rank: int, decision: Decision, reason: ReasonCode) 
         tokens=f.tokens,
         via_entity=f.via_entity,
     )
-
-
-def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settings, query: str) -> list[_Chunk]:
-    """Score one pool of episode chunks and build their served lines."""
-    parts = score_pool([(r.distance, r.full_text, r.occurred_at) for r in rows], now, w, s.fusion)
-    named = query_words(query) if s.speaker_boost else frozenset()
-    out = []
-    for row, p in zip(rows, parts):
-        # The seed ranks episodes by cosine similarity alone; "hybrid" ranks them like facts.
-        score = p.score if s.episode_ranking == "hybrid" else p.similarity
-        if named and row.speaker and names(row.speaker, named):
-            score += s.speaker_boost  # "what did Caroline ..." is most often answered by Caroline
-        excerpt = served_excerpt(s.episode_excerpt_format, row.text, row.excerpt, row.is_turn, s.episode_excerpt_chars)
-        line = episode_line(excerpt, row.occurred_at)
-        out.append(_Chunk(row=row, parts=p, score=score, line=line, tokens=tokens(line), excerpt=excerpt))
-    return out
 
 
 def _chunk_decision(c: _Chunk, rank: int, decision: Decision, reason: ReasonCode) -> TraceDecision:
@@ -497,7 +527,7 @@ def _warnings(open_conflict: int, expired: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _counts(decisions: tuple[TraceDecision, ...]) -> DecisionCounts:
+def _counts(decisions: list[TraceDecision]) -> DecisionCounts:
     return DecisionCounts(
         included=sum(d.decision is Decision.INCLUDED for d in decisions),
         excluded=sum(d.decision is Decision.EXCLUDED for d in decisions),
@@ -505,7 +535,7 @@ def _counts(decisions: tuple[TraceDecision, ...]) -> DecisionCounts:
     )
 
 
-def _reason_counts(decisions: tuple[TraceDecision, ...]) -> dict[ReasonCode, int]:
+def _reason_counts(decisions: list[TraceDecision]) -> dict[ReasonCode, int]:
     counts = {code: 0 for code in ReasonCode}
     for d in decisions:
         counts[d.reason_code] += 1

@@ -21,6 +21,7 @@ MAX_BATCH = 1000
 MAX_CONFLICT_FACTS = 250
 MIN_CONFLICT_FACTS = 2
 MAX_PAGE_SIZE = 100
+DEFAULT_BUDGET = 900  # the public contract's default for `context(budget:)`
 
 
 def check_text(field: str, value: str, max_chars: int, *, min_chars: int = 1) -> str:
@@ -110,8 +111,9 @@ def check_json_value(field: str, value: Any, max_bytes: int) -> str:
     return serialized
 
 
-def check_budget(budget: int | None, default: int, maximum: int) -> int:
-    value = default if budget is None else budget
+def check_budget(budget: int | None, maximum: int) -> int:
+    """A context call's token budget: DEFAULT_BUDGET when omitted, 1..`maximum` (HAKI_MAX_BUDGET)."""
+    value = DEFAULT_BUDGET if budget is None else budget
     if value <= 0 or value > maximum:
         raise BudgetExceeded(f"budget must be a positive integer of at most {maximum}", field="budget")
     return value

@@ -1,20 +1,29 @@
-"""Packing under a token budget (DESIGN.md step 7) and the `rendered` text.
+"""Packing under a token budget and the `rendered` text.
 
 An item's tokens are `max(1, len(line) // 4)` of the line it adds to
 `rendered`: so `usedTokens` is exactly what the agent pastes, and never more
 than the budget.
+
+Every section of a packet (facts, multi-hop facts, episodes) is packed the same
+way, by `pack_section`: items in rank order, those past the recall gate set
+aside, the rest taken while they fit; its verdicts are the decision ladder, in
+one place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Generic, NamedTuple, TypeVar
+
+from .models import Decision, ReasonCode
 
 T = TypeVar("T")
 
 
 def tokens(text: str) -> int:
+    """The tokens a line costs: a character count / 4, at least 1."""
     return max(1, len(text) // 4)
 
 
@@ -28,20 +37,59 @@ def episode_line(excerpt: str, occurred_at: datetime) -> str:
     return f"- [{occurred_at.strftime('%Y-%m-%d %H:%M')}] {excerpt}"
 
 
-def pack(items: Sequence[T], cost: Callable[[T], int], budget_left: int) -> tuple[list[T], list[T], int]:
+def pack(items: Sequence[T], cost: Callable[[T], int], budget_left: int) -> tuple[list[T], int]:
     """Take items in order while they fit; one that does not fit is skipped and
-    packing goes on (a smaller one may still fit). Returns (kept, over, budget left)."""
+    packing goes on (a smaller one may still fit). Returns (kept, budget left)."""
     kept: list[T] = []
-    over: list[T] = []
     for item in items:
         c = cost(item)
         if c <= budget_left:
             kept.append(item)
             budget_left -= c
+    return kept, budget_left
+
+
+class Verdict(NamedTuple, Generic[T]):
+    """What became of one ranked item of a section (a tuple: one is made per candidate)."""
+
+    item: T
+    decision: Decision
+    reason: ReasonCode
+
+
+@dataclass(frozen=True)
+class Section(Generic[T]):
+    """A packed section: the items kept, the budget left after them, and every item's verdict in rank order."""
+
+    kept: list[T]
+    left: int
+    verdicts: list[Verdict[T]]
+
+
+def pack_section(
+    ranked: Sequence[T],
+    cost: Callable[[T], int],
+    budget_left: int,
+    included: ReasonCode,
+    gated: Callable[[T], bool] = lambda _: False,
+) -> Section[T]:
+    """Pack `ranked` (best first) into `budget_left`. An item past the recall gate is excluded
+    whatever budget remains (BELOW_RELEVANCE_FLOOR); one that fits is included for `included`;
+    one that does not is excluded OVER_BUDGET."""
+    is_gated = [gated(item) for item in ranked]
+    kept, left = pack([item for item, g in zip(ranked, is_gated) if not g], cost, budget_left)
+    kept_ids = {id(item) for item in kept}
+    verdicts = []
+    for item, g in zip(ranked, is_gated):
+        if g:
+            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR))
+        elif id(item) in kept_ids:
+            verdicts.append(Verdict(item, Decision.INCLUDED, included))
         else:
-            over.append(item)
-    return kept, over, budget_left
+            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.OVER_BUDGET))
+    return Section(kept, left, verdicts)
 
 
 def render(lines: Sequence[str]) -> str:
+    """The packet's text: one line per served item."""
     return "\n".join(lines)

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from ..settings import ExcerptFormat
+
 _TEXT_KEYS = ("text", "content", "message")
 _SPEAKER_KEYS = ("speaker", "role", "author")
 _CAPTION_KEYS = ("image_caption", "blip_caption", "caption")
@@ -128,11 +130,11 @@ def _as_dict(message: Any) -> dict[str, Any]:
     return message if isinstance(message, dict) else {"text": message}
 
 
-def served_excerpt(excerpt_format: str, text: str, json_excerpt: str, is_turn: bool, limit: int) -> str:
-    """What a packet serves for a chunk: "json" is the seed's `"<kind> <compact JSON>"`;
-    "text" serves a turn as its own words (`"<speaker>: <text>"`), cut to `limit`, and
-    keeps the JSON form for payloads that are not turns."""
-    if excerpt_format == "text" and is_turn:
+def served_excerpt(excerpt_format: ExcerptFormat, text: str, json_excerpt: str, is_turn: bool, limit: int) -> str:
+    """What a packet serves for a chunk: JSON is the original specification's
+    `"<kind> <compact JSON>"`; TEXT serves a turn as its own words (`"<speaker>: <text>"`),
+    cut to `limit`, and keeps the JSON form for payloads that are not turns."""
+    if excerpt_format is ExcerptFormat.TEXT and is_turn:
         return text[:limit]
     return json_excerpt
 

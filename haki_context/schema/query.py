@@ -6,6 +6,7 @@ from datetime import datetime
 
 import strawberry
 
+from ..core.limits import DEFAULT_BUDGET
 from ..resolvers import context_query, queries
 from .enums import ConflictStatus, FactStatus
 from .packet import ContextPacket, ContextTrace, StatsOverview
@@ -17,7 +18,7 @@ from .records import ConflictSetType, EventType, FactType
 class Query:
     @strawberry.field(description="Assemble the context packet for one subject: the hot path of every agent call.")
     async def context(
-        self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = 900
+        self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = DEFAULT_BUDGET
     ) -> ContextPacket:
         return await context_query.context(  # type: ignore[return-value]
             info.context, subject_id, query, budget, tuple(info.path.as_list())
