@@ -1,7 +1,13 @@
-"""The latency benchmark's markdown table, PNG plot, and the list of figures a result must hold."""
+"""The latency benchmark's result files: the JSON, the markdown table, the PNG plot (with matplotlib,
+the `[bench]` extra; skipped with a note without it), and the list of figures a result must hold.
+
+`python -m benchmarks.latency_report OUT_STEM RESULT.json...` merges several results (one N each)
+into one table and plot."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -154,7 +160,7 @@ def rows(result: dict[str, Any]) -> list[tuple[str, list[str]]]:
         lambda r: " / ".join(_f(v, 1) for v in (get(r, "loadavg_1min_by_phase") or {}).values()) or "–",
     )
     add(
-        "seed: embedded (cached) texts; COPY s; scope indexes build s",
+        "seeding: embedded (cached) texts; COPY s; scope indexes build s",
         lambda r: (
             ("database kept from an earlier run; " if get(r, "seed.reused") else "")
             + f"{get(r, 'seed.embedding.facts.embedded') + get(r, 'seed.embedding.chunks.embedded')} "
@@ -173,7 +179,8 @@ def table(result: dict[str, Any], plot_name: str | None = None) -> str:
         f"# Latency benchmark, {result.get('started_at', '')[:10]}",
         "",
         f"Machine: {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('memory_gb')} GiB, {m.get('platform')}; "
-        f"torch {m.get('torch')}; PostgreSQL {get(result, 'postgres.version')} "
+        + (f"torch {m['torch']}; " if m.get("torch") else "")
+        + f"PostgreSQL {get(result, 'postgres.version')} "
         f"(shared_buffers {get(result, 'postgres.shared_buffers')}), pgvector {get(result, 'postgres.pgvector')}.",
         f"Embedder: {result['runs'][0].get('embedder') if result['runs'] else '?'}; budget "
         f"{get(result, 'config.budget')}; one subject of N facts + N events in 10 such subjects. "
@@ -193,6 +200,10 @@ def table(result: dict[str, Any], plot_name: str | None = None) -> str:
 
 def _load(x: Any) -> str:
     return " ".join(f"{v:.2f}" for v in x) if isinstance(x, list) else "?"
+
+
+def can_plot() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -243,21 +254,32 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def write(result: dict[str, Any], out: Path, stem: str) -> dict[str, Path]:
+    """OUT/STEM.json, .md and, where matplotlib is installed, .png; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md"}
+    paths["json"].write_text(json.dumps(result, indent=2, default=str))
+    if can_plot():
+        paths["png"] = out / f"{stem}.png"
+        plot(result, paths["png"])
+        paths["md"].write_text(table(result, plot_name=paths["png"].name))
+    else:
+        note = "\n(no plot: matplotlib is not installed; `pip install -e '.[bench]'` adds it)\n"
+        paths["md"].write_text(table(result) + note)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m benchmarks.latency_report OUT_STEM RESULT.json...`: the table and plot of
     several latency results together (OUT_STEM.json, .md and .png)."""
     import argparse
-    import json
 
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("out", type=Path, help="output path without extension")
     p.add_argument("results", type=Path, nargs="+")
     args = p.parse_args(argv)
     merged = merge([json.loads(path.read_text()) for path in args.results])
-    args.out.with_suffix(".json").write_text(json.dumps(merged, indent=2, default=str))
-    png = args.out.with_suffix(".png")
-    args.out.with_suffix(".md").write_text(table(merged, plot_name=png.name))
-    plot(merged, png)
+    write(merged, args.out.parent, args.out.name)
     return 0
 
 

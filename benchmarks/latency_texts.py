@@ -2,7 +2,7 @@
 
 Everything is generated from templates and word lists in this file (no
 download). Generation is deterministic and prefix-stable: item i depends only
-on the seed and on items before it, so the first 1,000 facts of a 10,000-fact
+on the random seed and on items before it, so the first 1,000 facts of a 10,000-fact
 corpus are the 1,000 facts of a 1,000-fact corpus (and their cached
 embeddings serve both).
 """

@@ -8,11 +8,19 @@ which is what most Python agents (the OpenAI SDK among them) call through.
 
 It speaks just enough HTTP/1.1 for our server: one connection, POST with a JSON
 body, responses with a Content-Length (Starlette sends one for every JSON answer).
+
+`python -m benchmarks.lean_http [--calls 2000]` measures that client overhead:
+both clients call a trivial uvicorn app on 127.0.0.1 answering a 5 KB JSON body,
+in turns, and it prints each client's p50 / p95 ms per call (a few seconds).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import socket
+import statistics
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,3 +93,59 @@ class LeanClient:
             self._writer.close()
             self._writer = None
             self._reader = None
+
+
+async def _overhead(calls: int) -> dict[str, list[float]]:
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    answer = {"data": {"context": {"rendered": "x" * 5000}}}
+
+    async def graphql(request: Any) -> JSONResponse:
+        await request.body()
+        return JSONResponse(answer)
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = Starlette(routes=[Route("/graphql", graphql, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    url, body = f"http://127.0.0.1:{port}", {"query": "{ context }", "variables": {}}
+    lean, hx = LeanClient(url), httpx.AsyncClient(base_url=url)
+    times: dict[str, list[float]] = {"lean": [], "httpx": []}
+    try:
+        for i in range(calls + 50):  # the first 50 of each warm up
+            for name in ("lean", "httpx") if i % 2 else ("httpx", "lean"):
+                t = time.perf_counter()
+                if name == "lean":
+                    await lean.post_json("/graphql", body)
+                else:
+                    (await hx.post("/graphql", json=body)).read()
+                if i >= 50:
+                    times[name].append((time.perf_counter() - t) * 1000.0)
+    finally:
+        await lean.aclose()
+        await hx.aclose()
+        server.should_exit = True
+        await serving
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.lean_http", description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=2000, help="timed calls per client")
+    a = p.parse_args(argv)
+    for name, ms in asyncio.run(_overhead(a.calls)).items():
+        p95 = statistics.quantiles(ms, n=20)[-1]
+        print(f"{name:>5}: p50 {statistics.median(ms):.3f} ms, p95 {p95:.3f} ms per call ({len(ms)} calls)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,9 +1,10 @@
 """Retrieval quality on LoCoMo conversations: `python -m benchmarks.quality`.
 
-What it does (issue 5), in one process:
+What it does, in one process:
 1. starts an embedded PostgreSQL in a temporary directory (or uses
    `--database-url`), migrates it, and opens a Runtime with the embedder of the
-   settings (the real all-MiniLM-L6-v2 unless `--embedder hashing`);
+   settings (the shipped ONNX int8 all-MiniLM-L6-v2 unless `--embedder` says
+   otherwise; `minilm`, on torch, needs the `[torch]` extra);
 2. ingests every turn of each conversation through GraphQL `recordEvents`
    (batches of at most 200 events), one subject per conversation and mode:
    mode "a" one event per turn, mode "b" one event per session holding a
@@ -15,13 +16,18 @@ What it does (issue 5), in one process:
 4. runs two reference retrievers over the same turn texts at the same k as
    the server's packet (k = distinct turns served): BM25 (rank_bm25) and
    dense cosine with the same embedder;
-5. writes benchmarks/results/quality-<label>-<date>.json and .md, and prints
-   the table.
+5. writes benchmarks/results/quality-<date>.json and .md (quality-<date>-<label>
+   with `--label`, `--set` or `--variant`), and prints the table.
+
+The whole LoCoMo dev set (4 conversations, 582 questions, both modes, both
+budgets) takes about a minute on 2 cores. BM25 needs `rank-bm25` (the `[bench]`
+and `[test]` extras).
 
 Settings: `--set name=value` overrides a field of haki_context.settings.Settings
 for every variant; `--variant LABEL:name=value,name=value` (repeatable) measures
 several assembler configurations on one ingestion (only settings read at query
-time may differ between variants; see WRITE_TIME_SETTINGS).
+time may differ between variants; see WRITE_TIME_SETTINGS). The original
+specification's ranking is the profile `--variant seed:ranking_profile=seed`.
 
 Latency: every question's vector is embedded once before timing (the
 server's query cache then serves it), so the client and trace latencies are
@@ -103,8 +109,9 @@ REPORTED_SETTINGS = (
     "recall_max_distance",
     "episode_excerpt_chars",
     "episode_excerpt_format",
-    "fusion",
     "full_text_rank",
+    "speaker_boost",
+    "ranking_profile",
     "max_query_lexemes",
     "scope_index_rows",
 )
@@ -119,8 +126,6 @@ query($s: String!, $q: String!, $b: Int) {
   }
 }
 """
-# With --dump-candidates: every episode candidate the trace holds, with its score components.
-CANDIDATES_SELECTION = "decisions(itemKind: EPISODE) { itemId chunk similarity fullText tokens }"
 RECORD_MUTATION = "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }"
 
 
@@ -139,19 +144,18 @@ class Config:
     limit_questions: int | None = None
     overrides: dict[str, str] = field(default_factory=dict)
     variants: list[Variant] = field(default_factory=list)  # empty: one variant, `label` with `overrides`
-    label: str = "run"
+    label: str | None = None  # None: the plain file name quality-<date>
     out_dir: Path | None = DEFAULT_OUT  # None: write nothing
     database_url: str | None = None
     bm25_remove_stop_words: bool = True
     embed_cache: bool = True
     details: bool = False  # per-question records in the JSON (about 3 MB for the whole dev set)
     quiet: bool = False
-    dump_candidates: Path | None = None  # write each question's episode candidates (first budget) here
     argv: list[str] = field(default_factory=list)
 
     def runs(self) -> list[Variant]:
         if not self.variants:
-            return [Variant(self.label, dict(self.overrides))]
+            return [Variant(self.label or "defaults", dict(self.overrides))]
         return [Variant(v.label, {**self.overrides, **v.overrides}) for v in self.variants]
 
 
@@ -328,18 +332,12 @@ async def ask(
     bm25: BM25Reference,
     dense: DenseReference,
     vectors: dict[str, np.ndarray],
-    dump: list[dict[str, Any]] | None = None,
 ) -> list[Answer]:
     ids = [t.dia_id for t in conv.turns]
-    query = CONTEXT_QUERY
-    if dump is not None:
-        query = query.replace(
-            "trace { timings { totalMs } }", f"trace {{ timings {{ totalMs }} {CANDIDATES_SELECTION} }}"
-        )
     answers = []
     for q in conv.questions:
         started = time.perf_counter()
-        data = await client.execute(query, {"s": ingested.subject, "q": q.question, "b": budget})
+        data = await client.execute(CONTEXT_QUERY, {"s": ingested.subject, "q": q.question, "b": budget})
         client_ms = (time.perf_counter() - started) * 1000.0
         packet = data["context"]
         server, unknown = served_turns(packet, ingested)
@@ -360,41 +358,7 @@ async def ask(
                 trace_ms=float(packet["trace"]["timings"]["totalMs"]),
             )
         )
-        if dump is not None:
-            dump.append(_candidates(q, mode, packet, ingested, ids, bm25, dense, vectors[q.question]))
     return answers
-
-
-DUMP_DEPTH = 128
-
-
-def _candidates(
-    q: Question,
-    mode: str,
-    packet: dict[str, Any],
-    ingested: Ingested,
-    ids: list[str],
-    bm25: BM25Reference,
-    dense: DenseReference,
-    vector: np.ndarray,
-) -> dict[str, Any]:
-    """One question's episode candidates as the trace records them, and the references' rankings."""
-    rows = []
-    for d in packet["trace"]["decisions"]:
-        turns = ingested.chunk_turns[str(d["itemId"])]
-        rows.append([turns[d["chunk"]], d["similarity"], d["fullText"], d["tokens"]])
-    return {
-        "conversation": q.conversation,
-        "qa": q.index,
-        "category": q.category,
-        "mode": mode,
-        "question": q.question,
-        "evidence": list(q.evidence),
-        "candidates": rows,  # [dia_id, similarity, fullText, tokens], in the server's rank order
-        "bm25": [[ids[i], round(s, 4)] for i, s in bm25.scored(q.question, DUMP_DEPTH)],
-        "bm25_all": [round(float(s), 4) for s in bm25.scores(q.question)],  # in turn order
-        "dense": [[ids[i], round(s, 4)] for i, s in dense.scored(vector, DUMP_DEPTH)],
-    }
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -520,23 +484,13 @@ async def run(config: Config) -> list[dict[str, Any]]:
             vrt = dataclasses.replace(rt, settings=settings)
             client = Client(vrt)
             answers: list[Answer] = []
-            dump: list[dict[str, Any]] | None = [] if config.dump_candidates else None
             for mode in config.modes:
                 for budget in config.budgets:
                     for conv in conversations:
                         bm25, dense = refs[conv.id]
-                        rows = dump if budget == config.budgets[0] else None
                         answers += await ask(
-                            client, conv, ingested[(mode, conv.id)], mode, budget, bm25, dense, qvectors, rows
+                            client, conv, ingested[(mode, conv.id)], mode, budget, bm25, dense, qvectors
                         )
-            if config.dump_candidates and dump is not None:
-                target = config.dump_candidates
-                if len(variants) > 1:
-                    target = target.with_name(f"{target.stem}-{_safe(variant.label)}{target.suffix}")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(
-                    orjson.dumps({"label": variant.label, "settings": variant.overrides, "questions": dump})
-                )
             await client.aclose()
             questions_s = round(time.perf_counter() - v_started, 2)
             report = _report(
@@ -632,7 +586,7 @@ def _report(
 
 
 def _plain(value: Any) -> Any:
-    return value.value if hasattr(value, "value") else value
+    return getattr(value, "value", value)  # an enum setting is reported by its value
 
 
 # --- output
@@ -656,7 +610,7 @@ def markdown(report: dict[str, Any]) -> str:
         + (", ".join(f"{k}={v}" for k, v in report["settings"]["overrides"].items()) or "defaults")
         + f" (episode_top_k={eff['episode_top_k']}, episode_ranking={eff['episode_ranking']}, "
         f"episode_text_k={eff['episode_text_k']}, excerpt {eff.get('episode_excerpt_format', 'json')}, "
-        f"fusion {eff.get('fusion', 'weighted')}, weights {eff['weight_similarity']}/{eff['weight_full_text']}/"
+        f"weights {eff['weight_similarity']}/{eff['weight_full_text']}/"
         f"{eff['weight_recency']}).",
         "",
         f"References at the server's k per question: BM25 = {report['references']['bm25']}; "
@@ -708,7 +662,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 def write_report(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"quality-{_safe(report['label'])}-{report['date']}"
+    # The plain name for a run of the defaults; any other run carries its label as a suffix.
+    label = report["label"]
+    stem = f"quality-{report['date']}" if label == "defaults" else f"quality-{report['date']}-{_safe(label)}"
     json_path = out_dir / f"{stem}.json"
     md_path = out_dir / f"{stem}.md"
     json_path.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
@@ -770,9 +726,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         metavar="LABEL:NAME=VALUE,...",
         help="measure several query-time configurations on one ingestion (repeatable)",
     )
-    p.add_argument("--label", default=None, help="names the result files (default: 'defaults' or the --set pairs)")
     p.add_argument(
-        "--embedder", choices=("onnx-fp32", "minilm", "hashing"), help="shorthand for --set embed_provider=..."
+        "--label", default=None, help="suffix of the result files' names (default: none, or the --set pairs)"
+    )
+    p.add_argument(
+        "--embedder",
+        choices=("onnx", "onnx-fp32", "minilm", "hashing"),
+        help="shorthand for --set embed_provider=... (default: the server's, onnx; minilm needs the [torch] extra)",
     )
     p.add_argument("--bm25-stop-words", choices=("remove", "keep"), default="remove")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT})")
@@ -780,13 +740,6 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     p.add_argument("--details", action="store_true", help="add per-question records to the JSON (~3 MB)")
     p.add_argument("--no-embed-memo", action="store_true", help="encode a text each time the server asks")
     p.add_argument("--database-url", help="use this (migrated or empty) PostgreSQL instead of an embedded one")
-    p.add_argument(
-        "--dump-candidates",
-        type=Path,
-        metavar="FILE",
-        help="write every episode candidate of the trace (first budget) and the references' rankings "
-        "to FILE, for benchmarks.rerank (the larger selection slows the calls a little)",
-    )
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     overrides = _pairs(a.sets, "--set")
@@ -795,7 +748,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
     if not modes or set(modes) - set(MODES):
         raise SystemExit(f"--modes {a.modes!r}: use a, b or a,b")
-    label = a.label or ("-".join(f"{k}={v}" for k, v in overrides.items()) if overrides else "defaults")
+    label = a.label or ("-".join(f"{k}={v}" for k, v in overrides.items()) if overrides else None)
     return Config(
         data_dir=a.data,
         conversations=[c.strip() for c in a.conversations.split(",")] if a.conversations else None,
@@ -811,7 +764,6 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         embed_cache=not a.no_embed_memo,
         details=a.details,
         quiet=a.quiet,
-        dump_candidates=a.dump_candidates,
         argv=["python", "-m", "benchmarks.quality", *(argv if argv is not None else sys.argv[1:])],
     )
 

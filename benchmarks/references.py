@@ -191,10 +191,6 @@ class BM25Reference:
             return []
         return _top(self.scores(query), k)
 
-    def scored(self, query: str, k: int) -> list[tuple[int, float]]:
-        scores = self.scores(query)
-        return [(i, float(scores[i])) for i in _top(scores, k)]
-
 
 class DenseReference:
     def __init__(self, vectors: np.ndarray) -> None:
@@ -205,7 +201,3 @@ class DenseReference:
 
     def top(self, query_vector: np.ndarray, k: int) -> list[int]:
         return _top(self.scores(query_vector), k)
-
-    def scored(self, query_vector: np.ndarray, k: int) -> list[tuple[int, float]]:
-        scores = self.scores(query_vector)
-        return [(i, float(scores[i])) for i in _top(scores, k)]

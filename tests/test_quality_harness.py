@@ -1,4 +1,4 @@
-"""Smoke test of the retrieval-quality harness (benchmarks/quality.py, issue 5).
+"""Smoke test of the retrieval-quality harness (benchmarks/quality.py).
 
 A few questions of one LoCoMo conversation with the hashing embedder, no
 score threshold: the harness runs end to end through GraphQL and its report
@@ -92,9 +92,9 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
     )
     [report] = await quality.run(config)
 
-    # files: JSON and markdown, named by label and date
-    json_path = tmp_path / f"quality-smoke-{report['date']}.json"
-    md_path = tmp_path / f"quality-smoke-{report['date']}.md"
+    # files: JSON and markdown, named by harness and date, the label as a suffix
+    json_path = tmp_path / f"quality-{report['date']}-smoke.json"
+    md_path = tmp_path / f"quality-{report['date']}-smoke.md"
     assert json.loads(json_path.read_text())["results"] == report["results"]
     table = md_path.read_text()
     assert "| mode | budget |" in table and "BM25 recall" in table and "dense recall" in table
