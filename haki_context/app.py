@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,6 +32,7 @@ from .schema import build_schema
 from .schema.errors import domain_error, format_error, http_status
 from .schema.ide import render_graphiql_page
 from .settings import Settings
+from .startup_errors import database_target
 
 log = logging.getLogger("haki_context")
 
@@ -145,21 +147,23 @@ def _replay(body: bytes) -> Receive:
 
 
 async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExitStack]:
-    """Start (or attach to) the database, migrate, open the pool and load the embedder."""
+    """Start (or attach to) the database, migrate, open the pool and load the embedder.
+
+    Each step logs its line before it starts, so a slow one (a first initdb, a model build)
+    shows what the process is doing."""
     stack = contextlib.AsyncExitStack()
     try:
         if settings.database_url:
             dsn = settings.database_url
-            log.info("using the PostgreSQL at HAKI_DATABASE_URL")
+            log.info("using the PostgreSQL at %s (HAKI_DATABASE_URL)", database_target(dsn))
         else:
             server = await asyncio.to_thread(embedded.start, settings.data_dir)
             stack.callback(server.close)
             dsn = server.uri
-        applied = await migrate.apply(dsn)
-        if applied:
-            log.info("applied migrations: %s", ", ".join(applied))
+        await _apply_migrations(dsn)
         pool = await open_pool(dsn, settings)
         stack.push_async_callback(pool.close)
+        log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
         stack.callback(embedder.close)
@@ -173,8 +177,49 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         raise
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
-    """The ASGI app. With `runtime` given (tests), the app uses it and does not close it."""
+async def _apply_migrations(dsn: str) -> None:
+    """Apply pending migrations, saying first how many (one rewrites large tables)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        pending = await migrate.pending(conn)
+    finally:
+        await conn.close()
+    if not pending:
+        log.info("the database schema is up to date")
+        return
+    log.info("applying %d migration(s): %s", len(pending), ", ".join(pending))
+    await migrate.apply(dsn)
+
+
+def _provider(settings: Settings) -> str:
+    provider = settings.embed_provider
+    return str(getattr(provider, "value", provider))
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncIterator[None]:
+    """Serve `rt`: attach it, run the background jobs (trace retention, scope indexes) until
+    the server stops, and say where GraphQL is served."""
+    _attach(app, rt, settings)
+    tasks: list[asyncio.Task[None]] = []
+    if settings.trace_retention_days is not None:
+        tasks.append(asyncio.create_task(_retention_loop(rt, settings.trace_retention_days)))
+    if settings.scope_index_interval_s > 0:
+        tasks.append(asyncio.create_task(_scope_index_loop(rt, settings)))
+    settle_garbage_collector()
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    log.info("serving GraphQL at http://%s:%s/graphql", host, settings.port)
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None, *, background: bool = False) -> Starlette:
+    """The ASGI app. With `runtime` given, the app uses it and does not close it; it runs the
+    background jobs only with `background` (the CLI, which opens the runtime before serving so
+    that a failure to start is one error line; tests run none)."""
     schema = build_schema(
         max_depth=settings.max_query_depth,
         max_aliases=settings.max_aliases,
@@ -187,19 +232,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if runtime is not None:
-            yield
+            if not background:
+                yield
+                return
+            async with serving(app, runtime, settings):
+                yield
             return
         rt, stack = await open_runtime(settings)
-        async with stack:
-            _attach(app, rt, settings)
-            if settings.trace_retention_days is not None:
-                task = asyncio.create_task(_retention_loop(rt, settings.trace_retention_days))
-                stack.callback(task.cancel)
-            if settings.scope_index_interval_s > 0:
-                indexer = asyncio.create_task(_scope_index_loop(rt, settings))
-                stack.callback(indexer.cancel)
-            settle_garbage_collector()
-            log.info("serving GraphQL at http://%s:%s/graphql", settings.host, settings.port)
+        async with stack, serving(app, rt, settings):
             yield
 
     async def healthz(request: Request) -> JSONResponse:
@@ -232,18 +272,18 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     return app
 
 
-# Requests allocate many short-lived containers (a debugging selection: ~2 collections of the
-# youngest generation per call at the default 700).
+# Requests allocate many short-lived containers, so the youngest generation fills fast at the
+# default threshold (700); collecting it less often costs nothing in cycles found.
 GC_YOUNG_THRESHOLD = 5_000
 
 
 def settle_garbage_collector() -> None:
-    """Once started, move everything allocated so far (schema, pool, model, ~88,000 objects) out
-    of the collector's reach and collect the youngest generation less often.
+    """Once started, move everything allocated so far (schema, pool, model) out of the
+    collector's reach and collect the youngest generation less often.
 
-    Without it every ~50th call paid a full collection walking those objects (~40 ms); the
-    collector cost ~1.2-1.5 ms a call on average, ~0.2-0.6 ms after (10,000 facts, in-process).
-    Cycles made by requests are still collected; only startup objects are never walked again.
+    Otherwise every full collection walks those startup objects again, a pause some calls
+    pay in full (figures in docs/performance.md). Cycles made by requests are still
+    collected; only startup objects are never walked again.
     """
     gc.collect()
     gc.freeze()

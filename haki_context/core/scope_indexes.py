@@ -24,6 +24,7 @@ import asyncpg
 from ..db import scope_indexes as db_scope_indexes
 from ..db import scope_lexemes as db_scope_lexemes
 from ..db.scope_indexes import Scope
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -43,40 +44,48 @@ async def build_pending(
     common-lexeme lists of indexed scopes (lexemes held by `lexeme_rows`+ rows).
 
     Returns the scopes built or rebuilt, or None when another process holds the builders' lock
-    (several servers share one database: one of them builds).
+    (several servers share one database: one of them builds). Reports the rows indexed so far
+    out of those to index (core/progress.py) when there is anything to build.
     """
     async with pool.acquire() as conn:
         if not await db_scope_indexes.try_lock(conn):
             return None
         try:
             await db_scope_indexes.configure_builder(conn, build_memory)
-            built = []
-            for scope in await db_scope_indexes.pending(conn, min_rows, limit):
-                started = time.perf_counter()
-                name = await db_scope_indexes.build(conn, scope, ivf_rows)
-                log.info(
-                    "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
-                    name,
-                    scope.project_id,
-                    scope.subject_id,
-                    scope.table,
-                    scope.rows,
-                    time.perf_counter() - started,
-                )
-                built.append(scope)
-            for scope in await db_scope_indexes.outdated(conn, ivf_rows, limit):
-                started = time.perf_counter()
-                kinds = await db_scope_indexes.rebuild(conn, scope, ivf_rows)
-                log.info(
-                    "scope indexes (%s) replaced for %s/%s (%s, %d rows) in %.1f s",
-                    ", ".join(kinds),
-                    scope.project_id,
-                    scope.subject_id,
-                    scope.table,
-                    scope.rows,
-                    time.perf_counter() - started,
-                )
-                built.append(scope)
+            built: list[Scope] = []
+            to_build = await db_scope_indexes.pending(conn, min_rows, limit)
+            to_rebuild = await db_scope_indexes.outdated(conn, ivf_rows, limit)
+            if to_build or to_rebuild:
+                total = sum(scope.rows for scope in [*to_build, *to_rebuild])
+                with Progress("building scope indexes", total) as progress:
+                    for scope in to_build:
+                        started = time.perf_counter()
+                        name = await db_scope_indexes.build(conn, scope, ivf_rows)
+                        log.info(
+                            "scope index %s built for %s/%s (%s, %d rows) in %.1f s",
+                            name,
+                            scope.project_id,
+                            scope.subject_id,
+                            scope.table,
+                            scope.rows,
+                            time.perf_counter() - started,
+                        )
+                        built.append(scope)
+                        progress.update(scope.rows)
+                    for scope in to_rebuild:
+                        started = time.perf_counter()
+                        kinds = await db_scope_indexes.rebuild(conn, scope, ivf_rows)
+                        log.info(
+                            "scope indexes (%s) replaced for %s/%s (%s, %d rows) in %.1f s",
+                            ", ".join(kinds),
+                            scope.project_id,
+                            scope.subject_id,
+                            scope.table,
+                            scope.rows,
+                            time.perf_counter() - started,
+                        )
+                        built.append(scope)
+                        progress.update(scope.rows)
             for scope in await db_scope_lexemes.stale(conn, lexeme_rows, limit):
                 started = time.perf_counter()
                 listed = await db_scope_lexemes.refresh(conn, scope, lexeme_rows)

@@ -6,6 +6,10 @@ import asyncpg
 
 from ..db import meta
 from .embedder import Embedder
+from .progress import Progress
+
+# The tables holding vectors, re-embedded in this order (constants: never user text in SQL).
+_TABLES = ("facts", "episode_chunks")
 
 
 class EmbedderMismatch(RuntimeError):
@@ -31,23 +35,29 @@ async def check_embedding_space(pool: asyncpg.Pool, embedder: Embedder) -> None:
 
 
 async def reembed(pool: asyncpg.Pool, embedder: Embedder, *, batch_size: int = 256) -> dict[str, int]:
-    """Re-embed every fact and chunk from its stored text with `embedder`, then record its space."""
+    """Re-embed every fact and chunk from its stored text with `embedder`, then record its space.
+
+    Reports rows done / total as it goes (core/progress.py): a large database takes minutes."""
+    async with pool.acquire() as conn:
+        total = sum([int(await conn.fetchval(f"SELECT count(*) FROM {table}")) for table in _TABLES])
     counts: dict[str, int] = {}
-    for table in ("facts", "episode_chunks"):
-        after: tuple | None = None
-        done = 0
-        while True:
-            async with pool.acquire() as conn:
-                rows = await meta.text_batch(conn, table, after, batch_size)
-            if not rows:
-                break
-            vectors = await embedder.embed_many([r["text"] for r in rows])
-            keys = [tuple(r)[:-1] for r in rows]
-            async with pool.acquire() as conn, conn.transaction():
-                await meta.update_embeddings(conn, table, [(*k, v) for k, v in zip(keys, vectors)])
-            after = keys[-1]
-            done += len(rows)
-        counts[table] = done
+    with Progress(f"re-embedding with {embedder.name}", total) as progress:
+        for table in _TABLES:
+            after: tuple[object, ...] | None = None
+            done = 0
+            while True:
+                async with pool.acquire() as conn:
+                    rows = await meta.text_batch(conn, table, after, batch_size)
+                if not rows:
+                    break
+                vectors = await embedder.embed_many([r["text"] for r in rows])
+                keys = [tuple(r)[:-1] for r in rows]
+                async with pool.acquire() as conn, conn.transaction():
+                    await meta.update_embeddings(conn, table, [(*k, v) for k, v in zip(keys, vectors)])
+                after = keys[-1]
+                done += len(rows)
+                progress.update(len(rows))
+            counts[table] = done
     async with pool.acquire() as conn:
         await meta.record_embedding_space(conn, embedder.space)
     return counts

