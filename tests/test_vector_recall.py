@@ -148,6 +148,7 @@ async def test_vector_candidates_are_right_at_every_scope_size(
             hnsw_fetch=FETCH,
             horizon_volatile_s=1e9,
             horizon_ephemeral_s=1e9,
+            full_text_rank="cover_density",
             own_index_tables=frozenset({table}) if plan == "hnsw" else frozenset(),
         )
         async with recall_pool.acquire() as conn:
@@ -260,6 +261,7 @@ async def test_a_wrong_hint_costs_speed_never_rows(recall_pool: asyncpg.Pool, ta
         hnsw_fetch=FETCH,
         horizon_volatile_s=1e9,
         horizon_ephemeral_s=1e9,
+        full_text_rank="cover_density",
     )
     async with recall_pool.acquire() as conn:
         shared = await _candidates(conn, table, params)

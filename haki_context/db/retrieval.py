@@ -452,7 +452,7 @@ class SearchParams:
     hnsw_fetch: int  # the most rows taken from an HNSW scan before re-sorting (see _FETCH)
     horizon_volatile_s: float
     horizon_ephemeral_s: float
-    full_text_rank: str = "cover_density"  # or "idf" (see FULL_TEXT_RANKS)
+    full_text_rank: str  # a key of FULL_TEXT_RANKS (HAKI_FULL_TEXT_RANK)
     # Tables where the scope was last seen with a ready index of its own: their statements use
     # the scope's own text (see "Statement texts"); elsewhere the shared text, exact scan.
     own_index_tables: frozenset[str] = frozenset()
