@@ -131,10 +131,11 @@ async def _supersede(
         conflict_from_row(
             await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, None)
         )
-    superseded = facts_or_none(
-        await db_facts.supersede(conn, project_id, [f.id for f in others], new.id, new.valid_from or now)
+    superseded = tuple(
+        fact_from_row(r)
+        for r in await db_facts.supersede(conn, project_id, [f.id for f in others], new.id, new.valid_from or now)
     )
-    return FactAssertion(fact=new, outcome=AssertOutcome.SUPERSEDED_PREVIOUS, superseded=tuple(superseded))
+    return FactAssertion(fact=new, outcome=AssertOutcome.SUPERSEDED_PREVIOUS, superseded=superseded)
 
 
 async def _contest(

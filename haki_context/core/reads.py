@@ -8,7 +8,7 @@ from ..db import facts as db_facts
 from .limits import check_page_size, check_subject_id, try_parse_id
 from .models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Page
 from .pagination import decode_cursor, encode_cursor
-from .records import conflicts_or_none, events_or_none, facts_or_none
+from .records import conflict_from_row, event_from_row, events_or_none, fact_from_row, facts_or_none
 from .runtime import Runtime
 
 
@@ -35,9 +35,12 @@ async def facts_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = facts_or_none(
-            await db_facts.page_facts(conn, project_id, subject_id, status.value if status else None, size + 1, key)
-        )
+        rows = [
+            fact_from_row(r)
+            for r in await db_facts.page_facts(
+                conn, project_id, subject_id, status.value if status else None, size + 1, key
+            )
+        ]
     return Page([(encode_cursor(f.recorded_at, f.id), f) for f in rows[:size]], len(rows) > size)
 
 
@@ -48,7 +51,7 @@ async def events_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = events_or_none(await db_events.page_events(conn, project_id, subject_id, size + 1, key))
+        rows = [event_from_row(r) for r in await db_events.page_events(conn, project_id, subject_id, size + 1, key)]
     return Page([(encode_cursor(e.occurred_at, e.id), e) for e in rows[:size]], len(rows) > size)
 
 
@@ -65,9 +68,10 @@ async def conflicts_page(
     size = check_page_size(first, 50)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = conflicts_or_none(
-            await db_conflicts.page_conflicts(
+        rows = [
+            conflict_from_row(r)
+            for r in await db_conflicts.page_conflicts(
                 conn, project_id, subject_id, status.value if status else None, size + 1, key
             )
-        )
+        ]
     return Page([(encode_cursor(c.created_at, c.id), c) for c in rows[:size]], len(rows) > size)

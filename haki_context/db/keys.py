@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 import asyncpg
 
@@ -55,8 +56,11 @@ async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
         "UPDATE api_keys SET revoked_at = now() WHERE revoked_at IS NULL AND (key_id::text = $1 OR prefix = $1)",
         key_id,
     )
-    return result != "UPDATE 0"
+    return cast(str, result) != "UPDATE 0"
 
 
 async def project_for_hash(conn: asyncpg.Connection | asyncpg.Pool, key_hash: bytes) -> str | None:
-    return await conn.fetchval("SELECT project_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash)
+    project_id = await conn.fetchval(
+        "SELECT project_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash
+    )
+    return cast(str | None, project_id)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import asyncpg
 
 SPACE_KEY = "embedding_space"
 
 
 async def embedding_space(conn: asyncpg.Connection) -> str | None:
-    return await conn.fetchval("SELECT value FROM server_meta WHERE key = $1", SPACE_KEY)
+    return cast(str | None, await conn.fetchval("SELECT value FROM server_meta WHERE key = $1", SPACE_KEY))
 
 
 async def record_embedding_space(conn: asyncpg.Connection, space: str) -> None:
@@ -23,28 +25,36 @@ async def holds_vectors(conn: asyncpg.Connection) -> bool:
     return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM facts) OR EXISTS (SELECT 1 FROM episode_chunks)"))
 
 
-async def text_batch(conn: asyncpg.Connection, table: str, after: tuple | None, limit: int) -> list[asyncpg.Record]:
+async def text_batch(
+    conn: asyncpg.Connection, table: str, after: tuple[Any, ...] | None, limit: int
+) -> list[asyncpg.Record]:
     """A keyset batch of (key..., text) from `facts` or `episode_chunks`, for re-embedding."""
     if table == "facts":
-        return await conn.fetch(
-            "SELECT project_id, id, text FROM facts WHERE ($1::text IS NULL OR (project_id, id) > ($1, $2::uuid))"
-            " ORDER BY project_id, id LIMIT $3",
+        return cast(
+            list[asyncpg.Record],
+            await conn.fetch(
+                "SELECT project_id, id, text FROM facts WHERE ($1::text IS NULL OR (project_id, id) > ($1, $2::uuid))"
+                " ORDER BY project_id, id LIMIT $3",
+                after[0] if after else None,
+                after[1] if after else None,
+                limit,
+            ),
+        )
+    return cast(
+        list[asyncpg.Record],
+        await conn.fetch(
+            "SELECT project_id, event_id, chunk, text FROM episode_chunks"
+            " WHERE ($1::text IS NULL OR (project_id, event_id, chunk) > ($1, $2::uuid, $3::int))"
+            " ORDER BY project_id, event_id, chunk LIMIT $4",
             after[0] if after else None,
             after[1] if after else None,
+            after[2] if after else None,
             limit,
-        )
-    return await conn.fetch(
-        "SELECT project_id, event_id, chunk, text FROM episode_chunks"
-        " WHERE ($1::text IS NULL OR (project_id, event_id, chunk) > ($1, $2::uuid, $3::int))"
-        " ORDER BY project_id, event_id, chunk LIMIT $4",
-        after[0] if after else None,
-        after[1] if after else None,
-        after[2] if after else None,
-        limit,
+        ),
     )
 
 
-async def update_embeddings(conn: asyncpg.Connection, table: str, rows: list[tuple]) -> None:
+async def update_embeddings(conn: asyncpg.Connection, table: str, rows: list[tuple[Any, ...]]) -> None:
     """Write new embeddings: rows are (key..., vector)."""
     if table == "facts":
         await conn.executemany("UPDATE facts SET embedding = $3 WHERE project_id = $1 AND id = $2", rows)

@@ -16,7 +16,7 @@ _MIGRATION_LOCK_KEY = 0x4A4B_4D31
 def available() -> list[tuple[str, str]]:
     """(name, sql) of every migration shipped in the package, in order."""
     folder = resources.files("haki_context.db") / "migrations"
-    files = sorted(p for p in folder.iterdir() if p.name.endswith(".sql"))
+    files = sorted((p for p in folder.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
     return [(p.name, p.read_text(encoding="utf-8")) for p in files]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
@@ -86,7 +86,7 @@ async def insert(conn: asyncpg.Connection, project_id: str, trace: Any, *, durab
     until its last decision row is written; the commit's flush and the round trip are not
     in it), which is also what the row holds as `persist_ms`, and adds to `total_ms`.
     `durable`: the commit waits for the WAL flush (see _INSERT)."""
-    return await conn.fetchval(
+    persist_ms = await conn.fetchval(
         _INSERT,
         project_id,
         trace.id,
@@ -112,6 +112,7 @@ async def insert(conn: asyncpg.Connection, project_id: str, trace: Any, *, durab
         list(trace.decisions or ()),
         durable,
     )
+    return cast(float, persist_ms)
 
 
 async def get_traces(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record | None]:
@@ -127,12 +128,13 @@ async def get_traces(conn: asyncpg.Connection, project_id: str, ids: list[str]) 
 
 async def decisions_for(conn: asyncpg.Connection, project_id: str, trace_ids: list[str]) -> list[asyncpg.Record]:
     """Decision rows of many traces in one query, by trace then in the order they were written."""
-    return await conn.fetch(
+    rows = await conn.fetch(
         f"SELECT trace_id, {', '.join(_DECISION_FIELDS)} FROM trace_decisions"
         " WHERE project_id = $1 AND trace_id = ANY($2::uuid[]) ORDER BY trace_id, ord",
         project_id,
         trace_ids,
     )
+    return cast(list[asyncpg.Record], rows)
 
 
 async def page_traces(
@@ -144,7 +146,7 @@ async def page_traces(
     after: tuple[datetime, str] | None,
 ) -> list[asyncpg.Record]:
     """Traces newest first (keyset on created_at, id), optionally of one subject and since an instant."""
-    return await conn.fetch(
+    rows = await conn.fetch(
         f"SELECT {TRACE_COLUMNS} FROM context_traces WHERE project_id = $1"
         " AND ($2::text IS NULL OR subject_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)"
         " AND ($4::timestamptz IS NULL OR (created_at, id) < ($4, $5::uuid))"
@@ -156,6 +158,7 @@ async def page_traces(
         after[1] if after else None,
         limit,
     )
+    return cast(list[asyncpg.Record], rows)
 
 
 # One pass over the window's rows of the covering index `context_traces_stats`: integer sums
