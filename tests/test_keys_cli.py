@@ -30,9 +30,10 @@ KEY_LINE = re.compile(r"hk_[A-Za-z0-9_-]{43}")
 RECORD = 'mutation($s: String!) { recordEvent(input: {subjectId: $s, kind: "k", payload: {}}) { id } }'
 
 
-def cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(data_dir: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
     env["HAKI_DATA_DIR"] = str(data_dir)
+    env.update(settings)
     return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -173,6 +174,7 @@ async def test_keys_revoke_ends_a_key(
 
     again = cli(data_dir, "keys", "revoke", key_id)
     assert again.returncode == 1 and key_id in again.stderr
+    assert again.stderr.startswith("haki-context: error: no active key") and len(again.stderr.splitlines()) == 1
     unknown = cli(data_dir, "keys", "revoke", str(uuid.uuid4()))
     assert unknown.returncode == 1
 
@@ -233,3 +235,34 @@ def test_an_unreachable_database_is_one_error_line() -> None:
     result = subprocess.run([CLI, "migrate"], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
     assert "haki-context: error:" in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_reembed_reports_its_progress(
+    running: tuple[Path, embedded.EmbeddedPostgres, int | None], cli_runtime: Runtime
+) -> None:
+    data_dir, server, pid = running
+    client = client_for(cli_runtime, make_settings(server.uri, dev_mode=True))
+    try:
+        for i in range(3):
+            text = f"note {i} to re-embed"
+            body = await client.execute(
+                'mutation($s: String!, $t: String!) { recordEvent(input: {subjectId: $s, kind: "note",'
+                " payload: {text: $t}}) { id } }",
+                {"s": "reembed-subject", "t": text},
+            )
+            assert body["recordEvent"]["id"]
+    finally:
+        await client.http.aclose()
+    async with cli_runtime.pool.acquire() as conn:
+        total = await conn.fetchval("SELECT (SELECT count(*) FROM facts) + (SELECT count(*) FROM episode_chunks)")
+    assert total > 0
+
+    result = cli(data_dir, "reembed", HAKI_EMBED_PROVIDER="hashing")
+    assert result.returncode == 0, result.stderr
+    # Not a terminal: log lines (here only the final one, the job takes under 5 s).
+    assert re.search(
+        rf"INFO \S+: re-embedding with hashing-384-v1: {total}/{total} rows \(100%\), [\d,]+ rows/s", result.stderr
+    )
+    assert "\r" not in result.stderr
+    assert "re-embedded" in result.stdout
+    assert_serving(server, pid)

