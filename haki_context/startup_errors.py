@@ -59,9 +59,9 @@ def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str |
         return PREFIX + f"cannot read the setting {name}: {_first_line(str(exc))} ({name})"
     name = type(exc).__name__
     if name == "EmbedderUnavailable":  # core.embedder's, matched by name: importing it loads the embedder's stack
-        return PREFIX + f"the embedder cannot load: {_first_line(str(exc))} ({EMBED_PROVIDER} or {MODEL_CACHE_DIR})"
+        return PREFIX + f"the embedder cannot load: {_flat(str(exc))} ({EMBED_PROVIDER} or {MODEL_CACHE_DIR})"
     if name == "EmbedderMismatch":
-        return PREFIX + f"{_first_line(str(exc))} ({EMBED_PROVIDER})"
+        return PREFIX + f"{_flat(str(exc))} ({EMBED_PROVIDER})"
     if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
         return PREFIX + f"the database refused: {_first_line(str(exc))} ({database_setting})"
     if isinstance(exc, subprocess.CalledProcessError | subprocess.TimeoutExpired):
@@ -90,6 +90,10 @@ def _validation_what(exc: Any) -> str:
 def _short(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _first_line(text: str) -> str:

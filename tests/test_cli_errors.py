@@ -252,3 +252,14 @@ def test_progress_is_a_log_line_unless_the_cli_allows_the_terminal() -> None:
         assert Progress("x", 1, stream=io.StringIO())._terminal is False
     finally:
         module.allow_terminal(False)
+
+
+def test_an_embedder_that_cannot_load_is_one_line_naming_the_provider() -> None:
+    from haki_context.core.embedder import EmbedderUnavailable
+    from haki_context.startup_errors import error_line
+
+    line = error_line(EmbedderUnavailable("the [torch] extra is not installed:\nNo module named 'torch'"))
+    assert line == (
+        "haki-context: error: the embedder cannot load: the [torch] extra is not installed:"
+        " No module named 'torch' (HAKI_EMBED_PROVIDER or HAKI_MODEL_CACHE_DIR)"
+    )

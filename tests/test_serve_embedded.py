@@ -28,8 +28,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(data_dir: Path, port: int) -> subprocess.Popen[str]:
-    env = {**os.environ, "HAKI_DATA_DIR": str(data_dir), "HAKI_EMBED_PROVIDER": "hashing"}
+def _serve(data_dir: Path, port: int, provider: str = "hashing") -> subprocess.Popen[str]:
+    env = {**os.environ, "HAKI_DATA_DIR": str(data_dir), "HAKI_EMBED_PROVIDER": provider}
     env.pop("HAKI_DATABASE_URL", None)
     return subprocess.Popen(
         [CLI, "serve", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -117,6 +117,18 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
             "the database schema is up to date",
             "serving GraphQL at",
         )
+        assert not embedded.is_running(data_dir)
+
+        # A failure once the database is up (here the embedder's space differs from the
+        # stored vectors') is one error line too, and still stops the database.
+        third = _serve(data_dir, port, provider="onnx")
+        output, _ = third.communicate(timeout=120)
+        assert third.returncode == 1, output
+        assert "Traceback" not in output
+        last = output.splitlines()[-1]
+        assert last.startswith("haki-context: error: this database holds vectors of the embedding space"), output
+        assert last.endswith("(HAKI_EMBED_PROVIDER)")
+        _assert_clean_log("\n".join(output.splitlines()[:-1]), "starting the embedded PostgreSQL in")
         assert not embedded.is_running(data_dir)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
