@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..core import conflicts, events, facts
@@ -43,8 +44,8 @@ async def retract_fact(ctx: RequestContext, id: str, reason: str | None) -> Fact
     return await facts.retract_fact(ctx.rt, ctx.project_id, id, reason)
 
 
-async def open_conflict(ctx: RequestContext, fact_ids: list[str], reason: str | None) -> ConflictSet:
-    return await conflicts.open_conflict(ctx.rt, ctx.project_id, fact_ids, reason)
+async def open_conflict(ctx: RequestContext, fact_ids: Sequence[str], reason: str | None) -> ConflictSet:
+    return await conflicts.open_conflict(ctx.rt, ctx.project_id, list(fact_ids), reason)
 
 
 async def resolve_conflict(ctx: RequestContext, id: str, keep_fact_id: str) -> ConflictSet:

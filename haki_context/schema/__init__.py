@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 import strawberry
+from graphql import ASTValidationRule, GraphQLError
 from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
     MaxTokensLimiter,
     ParserCache,
+    SchemaExtension,
     ValidationCache,
 )
 from strawberry.extensions.max_aliases import create_validator as alias_limit_rule
 from strawberry.extensions.query_depth_limiter import create_validator as depth_limit_rule
 from strawberry.schema.config import StrawberryConfig
+from strawberry.types import ExecutionContext
 
 from ..core.errors import HakiError
 from .errors import is_unexpected
@@ -29,7 +33,7 @@ from .writes import AwaitTraceWrites
 class HakiSchema(strawberry.Schema):
     """Logs only unexpected errors: expected ones (bad input, not found...) are answers, not crashes."""
 
-    def process_errors(self, errors, execution_context=None):  # type: ignore[no-untyped-def]
+    def process_errors(self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None) -> None:
         unexpected = [e for e in errors if is_unexpected(e)]
         if unexpected:
             super().process_errors(unexpected, execution_context)
@@ -47,12 +51,12 @@ def build_schema(
     # The limit rules are classes made once: the validation cache is keyed by the document
     # *and* the rule classes, and QueryDepthLimiter / MaxAliasesLimiter make new classes per
     # instance, which made every request miss it (~3.5 ms of validation per call).
-    rules = [
+    rules: list[type[ASTValidationRule]] = [
         depth_limit_rule(max_depth, None),
         alias_limit_rule(max_aliases),
         context_field_limit(max_context_fields),
     ]
-    extensions: list = [
+    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         # Agents send the same few documents over and over: parse and validate each once.
         lambda: ParserCache(maxsize=256),
         lambda: ValidationCache(maxsize=256),

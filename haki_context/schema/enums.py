@@ -1,18 +1,50 @@
-"""The contract's enums: the core's enums, exposed to GraphQL by name."""
+"""The contract's enums: the core's enums, exposed to GraphQL by name.
+
+`strawberry.enum` marks each class in place and returns it, so these names are the
+core's own classes: a GraphQL argument arrives as the core's member, and mypy sees
+a class where a type is expected.
+"""
 
 from __future__ import annotations
 
 import strawberry
 
-from ..core import models
+from ..core.models import (
+    AssertMode,
+    AssertOutcome,
+    ConflictStatus,
+    Decision,
+    EmptyReason,
+    FactStatus,
+    ItemKind,
+    PacketStatus,
+    ReasonCode,
+    Volatility,
+)
 
-FactStatus = strawberry.enum(models.FactStatus)
-Volatility = strawberry.enum(models.Volatility)
-AssertMode = strawberry.enum(models.AssertMode)
-AssertOutcome = strawberry.enum(models.AssertOutcome)
-ConflictStatus = strawberry.enum(models.ConflictStatus)
-PacketStatus = strawberry.enum(models.PacketStatus)
-EmptyReason = strawberry.enum(models.EmptyReason)
-ItemKind = strawberry.enum(models.ItemKind)
-Decision = strawberry.enum(models.Decision)
-ReasonCode = strawberry.enum(models.ReasonCode)
+for _enum in (
+    FactStatus,
+    Volatility,
+    AssertMode,
+    AssertOutcome,
+    ConflictStatus,
+    PacketStatus,
+    EmptyReason,
+    ItemKind,
+    Decision,
+    ReasonCode,
+):
+    strawberry.enum(_enum)
+
+__all__ = [
+    "AssertMode",
+    "AssertOutcome",
+    "ConflictStatus",
+    "Decision",
+    "EmptyReason",
+    "FactStatus",
+    "ItemKind",
+    "PacketStatus",
+    "ReasonCode",
+    "Volatility",
+]

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import GraphQLField, GraphQLLeafType, GraphQLNonNull, GraphQLObjectType, is_leaf_type
-from graphql.pyutils import Path, Undefined, gather_with_cancel
+from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
+from graphql.pyutils import AwaitableOrValue, Path, Undefined, UndefinedType, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 
@@ -49,7 +50,7 @@ def _plain_leaf(field_def: GraphQLField) -> _PlainLeaf:
     if definition is None or not resolver_is_default or not definition.is_basic_field or field_def.args:
         return _NOT_PLAIN
     nullable = not isinstance(field_def.type, GraphQLNonNull)
-    inner = field_def.type if nullable else field_def.type.of_type
+    inner = field_def.type.of_type if isinstance(field_def.type, GraphQLNonNull) else field_def.type
     if not is_leaf_type(inner) or definition.default_resolver is not getattr:
         return _NOT_PLAIN
     return _PlainLeaf(definition.python_name, inner, nullable)
@@ -82,7 +83,14 @@ class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
             plain = leaves[name] = _NOT_PLAIN if field_def is None else _plain_leaf(field_def)
         return plain
 
-    def execute_field(self, parent_type, source, field_details_list, path, position_context):  # type: ignore[no-untyped-def]
+    def execute_field(
+        self,
+        parent_type: GraphQLObjectType,
+        source: Any,
+        field_details_list: FieldDetailsList,
+        path: Path,
+        position_context: Any,
+    ) -> AwaitableOrValue[Any] | UndefinedType:
         if self._short_path:
             plain = self._leaf(parent_type, field_details_list[0].node)
             if plain is not _NOT_PLAIN:
@@ -91,7 +99,14 @@ class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
                     return value
         return super().execute_field(parent_type, source, field_details_list, path, position_context)
 
-    def execute_fields(self, parent_type, source_value, path, grouped_field_set, position_context):  # type: ignore[no-untyped-def]
+    def execute_fields(
+        self,
+        parent_type: GraphQLObjectType,
+        source_value: Any,
+        path: Path | None,
+        grouped_field_set: GroupedFieldSet,
+        position_context: Any,
+    ) -> AwaitableOrValue[dict[str, Any]]:
         if not self._short_path:
             return super().execute_fields(parent_type, source_value, path, grouped_field_set, position_context)
         cached = self._plans.get(id(grouped_field_set))
@@ -105,9 +120,9 @@ class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
         awaitable_fields: list[str] = []
         is_awaitable = self.is_awaitable
         try:
-            for response_name, field_details_list, plain in cached[1]:
-                if plain is not None:
-                    value = _read(plain, source_value)
+            for response_name, field_details_list, leaf in cached[1]:
+                if leaf is not None:
+                    value = _read(leaf, source_value)
                     if value is not Undefined:
                         results[response_name] = value
                         continue

@@ -15,23 +15,23 @@ class Mutation:
         description="Record one source event. Its embedding and full-text vector are computed at write time."
     )
     async def record_event(self, info: strawberry.Info, input: EventInput) -> EventType:
-        return await mutations.record_event(info.context, input)  # type: ignore[return-value]
+        return await mutations.record_event(info.context, input)
 
     @strawberry.mutation(
         description="Record many events in one call (at most 1000), embedded in batches. All or nothing."
     )
     async def record_events(self, info: strawberry.Info, inputs: list[EventInput]) -> list[EventType]:
-        return await mutations.record_events(info.context, inputs)  # type: ignore[return-value]
+        return await mutations.record_events(info.context, inputs)
 
     @strawberry.mutation(
         description="Write a fact for a subject. See AssertMode for what happens to an earlier fact of the same predicate."
     )
     async def assert_fact(self, info: strawberry.Info, input: FactInput) -> FactAssertionType:
-        return await mutations.assert_fact(info.context, input)  # type: ignore[return-value]
+        return await mutations.assert_fact(info.context, input)
 
     @strawberry.mutation(description="Take a fact out of service (status RETRACTED); it stays readable for audit.")
     async def retract_fact(self, info: strawberry.Info, id: strawberry.ID, reason: str | None = None) -> FactType:
-        return await mutations.retract_fact(info.context, id, reason)  # type: ignore[return-value]
+        return await mutations.retract_fact(info.context, id, reason)
 
     @strawberry.mutation(
         description="Declare that these facts contradict each other: while OPEN, none of them is served."
@@ -39,14 +39,14 @@ class Mutation:
     async def open_conflict(
         self, info: strawberry.Info, fact_ids: list[strawberry.ID], reason: str | None = None
     ) -> ConflictSetType:
-        return await mutations.open_conflict(info.context, fact_ids, reason)  # type: ignore[return-value,arg-type]
+        return await mutations.open_conflict(info.context, fact_ids, reason)
 
     @strawberry.mutation(description="Keep one fact (ACTIVE) and supersede every other fact of the set.")
     async def resolve_conflict(
         self, info: strawberry.Info, id: strawberry.ID, keep_fact_id: strawberry.ID
     ) -> ConflictSetType:
-        return await mutations.resolve_conflict(info.context, id, keep_fact_id)  # type: ignore[return-value]
+        return await mutations.resolve_conflict(info.context, id, keep_fact_id)
 
     @strawberry.mutation(description="Close the set without a winner: every fact of it goes back to being served.")
     async def dismiss_conflict(self, info: strawberry.Info, id: strawberry.ID) -> ConflictSetType:
-        return await mutations.dismiss_conflict(info.context, id)  # type: ignore[return-value]
+        return await mutations.dismiss_conflict(info.context, id)

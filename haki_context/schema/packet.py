@@ -61,13 +61,13 @@ class TraceDecision:
     def fact(self, info: strawberry.Info) -> FactType | None:
         if self.item_kind is not CoreItemKind.FACT:
             return None
-        return queries.fact_loaded(info.context, self.item_id)  # type: ignore[return-value]
+        return queries.fact_loaded(info.context, self.item_id)
 
     @strawberry.field(description="The event, when itemKind is EPISODE.")
     def event(self, info: strawberry.Info) -> EventType | None:
         if self.item_kind is not CoreItemKind.EPISODE:
             return None
-        return queries.event_loaded(info.context, self.item_id)  # type: ignore[return-value]
+        return queries.event_loaded(info.context, self.item_id)
 
 
 @strawberry.type(description="The persisted record of one context call: every item considered and why.")
@@ -85,12 +85,14 @@ class ContextTrace:
 
     @strawberry.field(description="Where the time went.")
     async def timings(self, info: strawberry.Info) -> TraceTimings:
-        return await context_query.timings(info.context, self)  # type: ignore[return-value,arg-type]
+        # `self` is the core's ContextTrace: Strawberry resolves fields by name.
+        return await context_query.timings(info.context, self)  # type: ignore[arg-type]
 
     @strawberry.field(description="One row per fact or episode considered, in rank order; filter by decision.")
     async def decisions(
         self, info: strawberry.Info, decision: Decision | None = None, item_kind: ItemKind | None = None
     ) -> list[TraceDecision]:
+        # `self` is the core's ContextTrace: Strawberry resolves fields by name.
         rows = await context_query.decisions(info.context, self)  # type: ignore[arg-type]
         if decision is not None:
             rows = [r for r in rows if r.decision is CoreDecision(decision.value)]
@@ -100,7 +102,7 @@ class ContextTrace:
         await context_query.load_items(
             info.context, rows, facts=_selects(selections, "fact"), events=_selects(selections, "event")
         )
-        return rows  # type: ignore[return-value]
+        return rows
 
 
 def _selects(selections: list[Selection], name: str) -> bool:
@@ -128,15 +130,15 @@ class PacketFact:
 
     @strawberry.field(description="Ids of the events this fact was drawn from.")
     def source_event_ids(self) -> list[strawberry.ID]:
-        return list(self.source_event_ids)  # type: ignore[arg-type]
+        return list(self.source_event_ids)
 
     @strawberry.field(description="Source events, loaded in one batch for the whole packet (DataLoader).")
     async def source_events(self, info: strawberry.Info) -> list[EventType]:
-        return await queries.events_of(info.context, self.source_event_ids)  # type: ignore[return-value,arg-type]
+        return await queries.events_of(info.context, self.source_event_ids)
 
     @strawberry.field(description="The whole fact record.")
     async def fact(self, info: strawberry.Info) -> FactType:
-        return await queries.fact_of(info.context, self.id)  # type: ignore[return-value]
+        return await queries.fact_of(info.context, self.id)
 
 
 @strawberry.type(description="A dated episode chunk served in a packet.")
@@ -146,12 +148,15 @@ class Episode:
     kind: str = strawberry.field(description="The event's kind.")
     occurred_at: datetime = strawberry.field(description="When the event happened.")
     excerpt: str = strawberry.field(description="The chunk as served.")
-    score: float = strawberry.field(description="Its ranking score (seed defaults: cosine similarity).")
+    score: float = strawberry.field(
+        description="Its ranking score: the hybrid score, or cosine similarity when episodes are ranked by cosine "
+        "(HAKI_EPISODE_RANKING)."
+    )
     tokens: int = strawberry.field(description="Tokens it takes in `rendered`.")
 
     @strawberry.field(description="The whole event record.")
     async def event(self, info: strawberry.Info) -> EventType:
-        return await queries.event_of(info.context, self.event_id)  # type: ignore[return-value]
+        return await queries.event_of(info.context, self.event_id)
 
 
 @strawberry.type(description="What to put in the prompt: facts and episodes under a token budget, with the trace.")
@@ -208,4 +213,4 @@ class StatsOverview:
 
     @strawberry.field(description="Decisions by reason code over the window.")
     def reason_codes(self) -> list[ReasonCodeCount]:
-        return [ReasonCodeCount(reason_code=code, count=n) for code, n in self.reason_codes]  # type: ignore[attr-defined,arg-type]
+        return [ReasonCodeCount(reason_code=code, count=n) for code, n in self.reason_codes]

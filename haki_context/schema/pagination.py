@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import strawberry
 
@@ -29,8 +29,11 @@ class Connection(Generic[T]):
     page_info: PageInfo = strawberry.field(description="Where this page ends.")
 
 
-def to_connection(page: Page[T]) -> Connection[T]:
-    """A page of (cursor, item) pairs as a GraphQL connection."""
+def to_connection(page: Page[Any]) -> Connection[Any]:
+    """A page of (cursor, item) pairs as a GraphQL connection.
+
+    The items are the core's records, served as the connection's Strawberry node type
+    by name, so the node type is the caller's annotation, not the page's item type."""
     edges = [Edge(cursor=cursor, node=item) for cursor, item in page.items]
     end = edges[-1].cursor if edges else None
     return Connection(edges=edges, page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=end))

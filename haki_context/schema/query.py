@@ -20,15 +20,13 @@ class Query:
     async def context(
         self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = DEFAULT_BUDGET
     ) -> ContextPacket:
-        return await context_query.context(  # type: ignore[return-value]
-            info.context, subject_id, query, budget, tuple(info.path.as_list())
-        )
+        return await context_query.context(info.context, subject_id, query, budget, tuple(info.path.as_list()))
 
     @strawberry.field(
         description="A persisted trace of an earlier context call, by id; null when unknown or outside the caller's project."
     )
     async def trace(self, info: strawberry.Info, id: strawberry.ID) -> ContextTrace | None:
-        return await context_query.trace(info.context, id)  # type: ignore[return-value]
+        return await context_query.trace(info.context, id)
 
     @strawberry.field(
         description="Traces newest first, for dashboards. Relay-style cursor pagination; first is at most 100."
@@ -41,11 +39,11 @@ class Query:
         first: int | None = 20,
         after: str | None = None,
     ) -> Connection[ContextTrace]:
-        return to_connection(await context_query.traces_page(info.context, subject_id, since, first, after))  # type: ignore[return-value]
+        return to_connection(await context_query.traces_page(info.context, subject_id, since, first, after))
 
     @strawberry.field(description="A fact by id; null when unknown, malformed or outside the caller's project.")
     async def fact(self, info: strawberry.Info, id: strawberry.ID) -> FactType | None:
-        return await queries.fact(info.context, id)  # type: ignore[return-value]
+        return await queries.fact(info.context, id)
 
     @strawberry.field(description="Facts of a subject, newest recorded first. `first` is 1..100.")
     async def facts(
@@ -56,17 +54,17 @@ class Query:
         first: int | None = 50,
         after: str | None = None,
     ) -> Connection[FactType]:
-        return to_connection(await queries.facts(info.context, subject_id, status, first, after))  # type: ignore[return-value]
+        return to_connection(await queries.facts(info.context, subject_id, status, first, after))
 
     @strawberry.field(description="An event by id; null when unknown, malformed or outside the caller's project.")
     async def event(self, info: strawberry.Info, id: strawberry.ID) -> EventType | None:
-        return await queries.event(info.context, id)  # type: ignore[return-value]
+        return await queries.event(info.context, id)
 
     @strawberry.field(description="Events of a subject, latest occurrence first. `first` is 1..100.")
     async def events(
         self, info: strawberry.Info, subject_id: str, first: int | None = 50, after: str | None = None
     ) -> Connection[EventType]:
-        return to_connection(await queries.events(info.context, subject_id, first, after))  # type: ignore[return-value]
+        return to_connection(await queries.events(info.context, subject_id, first, after))
 
     @strawberry.field(description="Conflict sets, newest first, optionally of one subject and one status.")
     async def conflicts(
@@ -77,8 +75,8 @@ class Query:
         first: int | None = 50,
         after: str | None = None,
     ) -> Connection[ConflictSetType]:
-        return to_connection(await queries.conflicts(info.context, subject_id, status, first, after))  # type: ignore[return-value]
+        return to_connection(await queries.conflicts(info.context, subject_id, status, first, after))
 
     @strawberry.field(description="Usage overview of the caller's project over a window (default: all time).")
     async def stats(self, info: strawberry.Info, since: datetime | None = None) -> StatsOverview:
-        return await context_query.stats(info.context, since)  # type: ignore[return-value]
+        return await context_query.stats(info.context, since)

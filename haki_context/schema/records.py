@@ -43,15 +43,15 @@ class FactType:
 
     @strawberry.field(description="Ids of the events this fact was drawn from.")
     def source_event_ids(self) -> list[strawberry.ID]:
-        return list(self.source_event_ids)  # type: ignore[arg-type]
+        return list(self.source_event_ids)
 
     @strawberry.field(description="The events this fact was drawn from (batched per request).")
     async def source_events(self, info: strawberry.Info) -> list[EventType]:
-        return await queries.events_of(info.context, self.source_event_ids)  # type: ignore[return-value,arg-type]
+        return await queries.events_of(info.context, self.source_event_ids)
 
     @strawberry.field(description="The fact that replaced this one, when SUPERSEDED.")
     async def superseded_by(self, info: strawberry.Info) -> FactType | None:
-        return await queries.fact_of(info.context, self.superseded_by)  # type: ignore[return-value,arg-type]
+        return await queries.fact_of(info.context, self.superseded_by)
 
 
 @strawberry.type(name="ConflictSet", description="Facts declared contradictory: while OPEN, none of them is served.")
@@ -62,14 +62,17 @@ class ConflictSetType:
     reason: str | None = strawberry.field(description="Why the set was opened, when given.")
     created_at: datetime = strawberry.field(description="When the set was opened.")
     resolved_at: datetime | None = strawberry.field(description="When the set was resolved or dismissed.")
+    # Read by the resolvers below, not fields of the schema.
+    fact_ids: strawberry.Private[tuple[str, ...]]
+    kept_fact_id: strawberry.Private[str | None]
 
     @strawberry.field(description="The facts of the set (batched per request).")
     async def facts(self, info: strawberry.Info) -> list[FactType]:
-        return await queries.facts_of(info.context, self.fact_ids)  # type: ignore[attr-defined,return-value]
+        return await queries.facts_of(info.context, self.fact_ids)
 
     @strawberry.field(description="The fact kept by resolveConflict.")
     async def kept_fact(self, info: strawberry.Info) -> FactType | None:
-        return await queries.fact_of(info.context, self.kept_fact_id)  # type: ignore[attr-defined,return-value]
+        return await queries.fact_of(info.context, self.kept_fact_id)
 
 
 @strawberry.type(name="FactAssertion", description="What assertFact did.")

@@ -19,15 +19,17 @@ from strawberry.extensions import SchemaExtension
 class AwaitTraceWrites(SchemaExtension):
     """Waits, after execution, for the request's trace writes (RequestContext.trace_writes)."""
 
-    async def on_execute(self) -> AsyncIterator[None]:  # type: ignore[override]
+    async def on_execute(self) -> AsyncIterator[None]:
         yield
         writes = getattr(self.execution_context.context, "trace_writes", None)
         if not writes:
             return
         pending = list(writes.values())
         outcomes = await asyncio.gather(*(w.written for w in pending), return_exceptions=True)
+        # A cancelled write (CancelledError is a BaseException, not an Exception) fails the
+        # response like any other: graphql-core keeps whatever original_error it is given.
         errors = [
-            GraphQLError(str(outcome), path=list(w.path), original_error=outcome)
+            GraphQLError(str(outcome), path=list(w.path), original_error=outcome)  # type: ignore[arg-type]
             for w, outcome in zip(pending, outcomes)
             if isinstance(outcome, BaseException)
         ]
