@@ -1,4 +1,4 @@
-"""Who is calling: the project an API key belongs to (DESIGN.md "Tenancy and keys")."""
+"""Who is calling: the project an API key belongs to (docs/design.md "Tenancy and keys")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entities for the one-hop expansion (DESIGN.md step 8): rule-based, no NER, no model."""
+"""Entities for the one-hop expansion (docs/design.md "The `context` pipeline", step 8): rule-based, no NER, no model."""
 
 from __future__ import annotations
 

@@ -41,9 +41,9 @@ async def _write(
     While the database inserts batch k (HNSW maintenance is its main cost), the
     embedder thread encodes batch k + 1: on two cores the write costs little more
     than the embedding itself. The chunks are batched by text length, as one call of
-    the encoder would batch them (a batch is padded to its longest text): in the
-    order of their events, 200 events took ~15% longer to embed than the same texts
-    in one call (the rows' order in the table means nothing).
+    the encoder would batch them (a batch is padded to its longest text), which embeds
+    faster than the events' order (docs/performance.md); the rows' order in the table
+    means nothing.
     """
     size = rt.settings.embed_batch_size
     by_length = sorted(chunks, key=lambda c: len(c.text))

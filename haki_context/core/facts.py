@@ -1,6 +1,6 @@
 """Writing facts: assertFact's three modes and four outcomes, and retractFact.
 
-Transitions follow the table of DESIGN.md "The write path". Writes to one
+Transitions follow the table of docs/design.md "The write path". Writes to one
 (project, subject) are serialised by a transaction-scoped advisory lock (so
 those to one predicate are too); a partial unique index over ACTIVE values is
 the backstop.

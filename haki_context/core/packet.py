@@ -2,8 +2,8 @@
 
 The values made once per item (hundreds per call) are slotted dataclasses, not
 frozen ones: a frozen dataclass's `__init__` sets each field through
-`object.__setattr__`, 2.7 us for 13 fields against 0.4 (measured, Python 3.11),
-~1 ms a call over FactRow, Components and TraceDecision. Nothing mutates them.
+`object.__setattr__`, several times slower, and hundreds of items a call make that
+count (docs/performance.md). Nothing mutates them.
 """
 
 from __future__ import annotations

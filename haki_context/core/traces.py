@@ -77,7 +77,7 @@ class StatsOverview:
 
 
 async def stats(rt: Runtime, project_id: str, since: datetime | None) -> StatsOverview:
-    """DESIGN.md "Stats", field by field: windowed call figures, current totals."""
+    """docs/design.md "Stats", field by field: windowed call figures, current totals."""
     check_aware("since", since)
     async with rt.pool.acquire() as conn:
         row = await db_traces.stats(conn, project_id, since)

@@ -57,8 +57,8 @@ async def create_pool(
     """A pool whose connections carry our codecs and search settings.
 
     `hnsw.iterative_scan = relaxed_order` makes a scope-filtered HNSW scan keep
-    going until it has enough rows (without it pgvector silently returns ~4 of
-    64); results are re-sorted by distance in the statement. The scope's IVFFlat
+    going until it has enough rows (without it pgvector silently returns a few of
+    the rows asked for); results are re-sorted by distance in the statement. The scope's IVFFlat
     index is read `ivf_probes` lists deep, and iterates the same way.
 
     `idle_lifetime_s`: how long an idle connection lives, 0 for as long as the
@@ -68,7 +68,7 @@ async def create_pool(
     `plan_cache_mode = auto` (PostgreSQL's default, said here because the
     retrieval statements are written for it): a prepared statement is planned for
     its values five times, then once for all if that plan is no costlier. The
-    candidates statements take ~1.5 ms each to plan; a large scope's own partial
+    candidates statements are costly to plan (docs/performance.md); a large scope's own partial
     HNSW index, which a plan made once for all cannot pick from parameters, is
     named with constants in a text of that scope's own (db/retrieval.py,
     "Statement texts"). `standard_conforming_strings = on` (also the default) is

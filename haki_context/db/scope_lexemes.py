@@ -42,8 +42,8 @@ async def stale(conn: asyncpg.Connection, min_df: int, limit: int = 100) -> list
 async def refresh(conn: asyncpg.Connection, scope: Scope, min_df: int) -> int:
     """Replace the scope's list with its lexemes held by `min_df`+ rows; returns how many.
 
-    ts_stat reads the scope's tsvectors once (~0.5 s per 100,000 rows); the caller lifts
-    the statement timeout. The scope's ids reach the inner query through format(%L).
+    ts_stat reads every tsvector of the scope once, which takes long in a large scope
+    (docs/performance.md); the caller lifts the statement timeout. The scope's ids reach the inner query through format(%L).
     """
     _, extra = TABLES[scope.table]
     async with conn.transaction():

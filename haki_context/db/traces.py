@@ -43,21 +43,22 @@ TRACE_COLUMNS = (
 )
 
 # One statement, so one round trip and one implicit transaction: the decisions first, then
-# the trace row, which records the write's own duration as the database measured it. The
+# the trace row, which records the write's own duration as the database timed it. The
 # aggregate in `written` reads every row the decisions' insert returns, so the clock is read
-# once they are all written. A second statement that set the duration afterwards cost
-# ~0.7 ms a call (its round trips, BEGIN and COMMIT) and updated a just-written row whose
-# covering stats index holds total_ms: a dead tuple and five index entries per call.
+# once they are all written. A second statement that set the duration afterwards would cost
+# its round trips, BEGIN and COMMIT, and update a just-written row whose covering stats
+# index holds total_ms: a dead tuple and five index entries per call (docs/performance.md).
 #
 # The decisions travel as one JSON array ($26, orjson through the pool's json codec): as
-# fourteen arrays, asyncpg checked every element against collections.abc (two or three
-# isinstance calls each), 1.3 ms of the event loop's time for 150 decisions against 0.7.
+# fourteen arrays, asyncpg checks every element against collections.abc (two or three
+# isinstance calls each), which costs the event loop more (docs/performance.md).
 #
 # Unless `durable` ($27), the statement's own transaction commits without waiting for its
 # WAL to reach disk (set_config(..., true) lasts until that commit): visible to every
 # reader at once, so trace(id) works as soon as the client has the id, and atomic as
-# ever; only a crash of the database server within ~0.6 s (three wal_writer_delay) can
-# lose it. The flush cost ~0.9 ms a call here. Facts and events always wait for it.
+# ever; only a crash of the database server within three wal_writer_delay periods can
+# lose it, and the call does not pay for the flush (docs/performance.md). Facts and events
+# always wait for it.
 _INSERT = f"""
 WITH decisions AS (
     INSERT INTO trace_decisions (project_id, trace_id, ord, {", ".join(_DECISION_FIELDS)})

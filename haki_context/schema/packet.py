@@ -56,7 +56,7 @@ class TraceDecision:
 
     # Plain (sync) resolvers: `decisions` loads every fact and event its selection asks for in
     # one batch first, so these answer from the request's loader at once; an async resolver
-    # cost one awaitable per decision (~11 ms of 137 decisions' `fact { predicate }`).
+    # would cost one awaitable per decision (docs/performance.md).
     @strawberry.field(description="The fact, when itemKind is FACT.")
     def fact(self, info: strawberry.Info) -> FactType | None:
         if self.item_kind is not CoreItemKind.FACT:
