@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from haki_context.app import create_app
-from haki_context.core.embedder import Embedder, HashingEncoder, MiniLMEncoder
+from haki_context.core.embedder import Embedder, HashingEncoder, OnnxMiniLMEncoder
 from haki_context.core.runtime import Runtime, open_pool
 from haki_context.db import embedded, migrate
 from haki_context.db.pool import init_connection, keep_session
@@ -68,7 +68,8 @@ def hashing_embedder() -> Iterator[Embedder]:
 
 @pytest.fixture(scope="session")
 def minilm_embedder() -> Iterator[Embedder]:
-    embedder = Embedder(MiniLMEncoder(threads=1))
+    """The real all-MiniLM-L6-v2, as served by default: the shipped int8 ONNX graph (no torch needed)."""
+    embedder = Embedder(OnnxMiniLMEncoder.shipped(threads=1))
     yield embedder
     embedder.close()
 
@@ -82,7 +83,7 @@ async def runtime(migrated: str, hashing_embedder: Embedder) -> AsyncIterator[Ru
 
 @pytest.fixture(scope="session")
 async def minilm_runtime(migrated: str, minilm_embedder: Embedder) -> AsyncIterator[Runtime]:
-    settings = make_settings(migrated, embed_provider=EmbedProvider.MINILM)
+    settings = make_settings(migrated, embed_provider=EmbedProvider.ONNX)
     rt = await open_runtime_for(migrated, settings, minilm_embedder)
     yield rt
     await rt.pool.close()
