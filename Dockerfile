@@ -17,21 +17,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1
 
-# PyPI's Linux torch wheel is a CUDA build (several GB of nvidia-* wheels). Install the CPU
-# build from the PyTorch index first: the project's exact pin `torch==2.13.0` also matches
-# the local version `2.13.0+cpu`, so the project install below keeps it.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
-
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY haki_context ./haki_context
+# The default install serves the shipped int8 ONNX model on onnxruntime: no torch in the image.
 RUN pip install . \
-    && python -c "import torch; assert torch.version.cuda is None, 'a CUDA torch was installed'"
-
-# The embedder's ONNX export, built once into the image (offline, from the packaged weights)
-# instead of at every container's first start.
-ENV HAKI_MODEL_CACHE_DIR=/opt/haki-models
-RUN haki-context build-model
+    && if python -c "import torch" 2>/dev/null; then echo "torch was installed" >&2; exit 1; fi \
+    && python -c "from haki_context.core.embedder import OnnxMiniLMEncoder; OnnxMiniLMEncoder.shipped()"
 
 # Never run as root. HAKI_DATA_DIR only matters if HAKI_DATABASE_URL is left unset.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin haki
