@@ -15,22 +15,20 @@ Vector search plan, chosen by the statement's text (see "Statement texts"):
   copies, ordered by inner product: the other operator is what makes the planner
   take the other index; the scan runs only where that index exists, a one-time
   `to_regclass` test), and the union re-sorted by exact distance. HNSW alone can miss a tight cluster of
-  near-identical rows whole (its graph reaches the cluster through few edges):
-  at 100,000 facts, 6% of 300 questions found under 0.9 of their top 64, four
-  none at all, and neither m 32, ef_search 400 nor an over-fetch of 1,000 rows
-  cured it; the lists nearest the query hold such a cluster by construction
-  (8 of 316 lists: mean recall 0.967 -> 0.992, min 0.000 -> 0.797, +1.8 ms a statement);
+  near-identical rows whole (its graph reaches the cluster through few edges),
+  which neither a larger m or ef_search nor a larger over-fetch cures; the lists
+  nearest the query hold such a cluster by construction (docs/retrieval.md);
 - any other scope: an exact scan of the scope, ranked by the inner product of
   the half-precision copies of the vectors held in the scope's covering index
   (migration 0006: index-only; vectors are unit length, so this is the cosine
   order but for near-ties). The query's halfvec is computed once, in a CTE:
-  written inline, the cast ran once per row (6.2 -> 2.1 ms over 10,000 rows).
+  written inline, the cast would run once per row.
 The re-sort of the HNSW rows orders by `d + 0` on purpose: ordering by `d`
 itself lets the planner trust the index's (relaxed, so wrong) order and stop
 after k rows, which silently drops the over-fetch.
 
-Statement texts: planning a candidates statement costs 1.4-1.9 ms (more with
-every partial index on its table), so they are written to be planned once per
+Statement texts: planning a candidates statement is costly (more so with every
+partial index on its table; docs/performance.md), so they are written to be planned once per
 connection (PostgreSQL's generic plan, which it keeps after five runs when it
 costs no more than theirs). A plan made once cannot pick a scope's partial
 index from parameters, hence two texts per statement: a shared one, the scope
@@ -46,8 +44,8 @@ The full-text query uses the distinct lexemes of `to_tsvector('english',
 query)` (stop words gone, words stemmed), each quoted into a `tsquery` value:
 user text is never parsed as tsquery syntax. Rows holding any of them are
 ranked by `full_text_rank`: "idf" (default; a rare word such as a name weighs
-more than "talk", measured +2.4 points of LoCoMo recall at budget 900) or
-"cover_density" (the seed's ts_rank_cd of their OR). Rows are found through
+more than "talk", which serves more of the right facts: docs/retrieval.md) or
+"cover_density" (the original specification's ts_rank_cd of their OR). Rows are found through
 the scoped lexemes (migration 0009: each lexeme prefixed by its scope's tag,
 `_SCOPED`), so a scope's rows holding a word are one posting list of the index
 whatever the table holds; ranks read `search_vector` itself.
@@ -108,9 +106,9 @@ _FACT_SCOPE = f"f.project_id = $1 AND f.subject_id = $2 AND {_FACT_LIVE}"
 
 # The scope where rows come from the scoped full-text index: a recheck only. With `=` the
 # planner ANDs the index's bitmap with a btree on the scope (a word's rows being unknown to
-# its estimates): all 100,000 rows of a large subject, 9.7 ms for nothing, and with
+# its estimates): every row of a large subject, read for nothing, and with
 # `project_id = $1` alone the same through the primary key once the project is a tenth of
-# the table (measured: 9.4 ms per word). IS NOT DISTINCT FROM (the same on these NOT NULL
+# the table (docs/performance.md). IS NOT DISTINCT FROM (the same on these NOT NULL
 # columns) is not indexable. The statement's other reads keep `project_id = $1`.
 _TEXT_SCOPE = "{a}.project_id IS NOT DISTINCT FROM $1 AND {a}.subject_id IS NOT DISTINCT FROM $2"
 
@@ -148,15 +146,13 @@ _IVF_INDEX = "\x00ivf\x00"
 # Rows taken from a scope's HNSW scan before the re-sort to the top k: HNSW misses more of
 # the true top k as the scope grows, so the over-fetch grows with it, one row per 250 of the
 # scope's rows, between 2k and the lesser of 6k and `most` (HAKI_HNSW_FETCH_ROWS). Past
-# ef_search the scan iterates, and each row past it costs: at 100,000 rows (m 16,
-# ef_construction 256, ef_search 100, 150 questions) the fact scan (k 64) took 8.5 ms for
-# 400 rows, recall 0.990, and 7.1 ms for 256, recall 0.985 (192: 5.6 ms, 0.966); the
-# episode scan (k 32) 8.5 ms for 400, 0.999, and 5.5 ms for 192 (6k), 0.997.
+# ef_search the scan iterates, and each row past it costs time for little recall
+# (docs/performance.md).
 _FETCH = "greatest(2 * {k}, least({most}, 6 * {k}, s.n / 250))"
 
 # Rows taken from a scope's IVFFlat scan, a constant: with a parameter (k) PostgreSQL's plan made
-# once for all runs guesses a tenth of the scope for the LIMIT, costs that scan at ~8x its
-# custom plans' figure and keeps planning every call (~1.5 ms). The union is cut to k after,
+# once for all runs guesses a tenth of the scope for the LIMIT, costs that scan at several
+# times its custom plans' figure and keeps planning every call. The union is cut to k after,
 # so past 64 the HNSW scan alone fills the rest.
 _IVF_ROWS = 64
 
@@ -172,7 +168,7 @@ class _Lexical:
 
 
 def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap: str) -> _Lexical:
-    """ts_rank_cd of the OR of the query's lexemes (the seed): every matching row is read
+    """ts_rank_cd of the OR of the query's lexemes (the original specification's rank): every matching row is read
     (`cap` does not apply)."""
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
     return _Lexical(
@@ -190,8 +186,8 @@ def _idf(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap
     weighs ln(1 + (n - df + 0.5) / (df + 0.5)) (BM25's idf; df = the scope's rows holding
     it, n = the scope's size), a row ranks sum(weights it holds) / sum(all weights), 0..1.
 
-    Bounded work in a large scope (reading every row of a common word cost ~100 ms at
-    100,000 rows): a lexeme listed in `scope_lexemes` (db/scope_lexemes.py: a large
+    Bounded work in a large scope (reading every row of a common word is slow there:
+    docs/performance.md): a lexeme listed in `scope_lexemes` (db/scope_lexemes.py: a large
     scope's lexemes held by `cap`+ rows, refreshed in the background) takes its df from
     there and its rows are not read; the rows of any other lexeme are read up to `cap`
     (below it df is exact; at it, df counts as `cap`). The top k by text come from the rows
@@ -310,7 +306,7 @@ fts AS ({lexical.top}),
 candidates AS (SELECT id FROM vec UNION SELECT id FROM fts),
 -- One read of the table for the blocked rows and their total (the window counts before the
 -- LIMIT): each reference of `facts` costs planning time per index on it, the scopes'
--- partial HNSW indexes included (~5 us per index and reference).
+-- partial HNSW indexes included.
 blocked AS (
     SELECT {_FACT_COLUMNS}, count(*) OVER () AS total FROM facts f
     WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NOT NULL
@@ -362,8 +358,8 @@ _TEXTS = {
 }
 
 # An entity's facts are read up to $11 rows, in index order, then ranked: ranking every fact
-# that names a common entity cost 15-55 ms at 100,000 facts (~30 us a row: the heap, then the
-# out-of-line tsvector). An entity that is a common lexeme of the scope (listed in
+# that names a common entity reads the heap, then the out-of-line tsvector, of each
+# (docs/performance.md). An entity that is a common lexeme of the scope (listed in
 # scope_lexemes, db/scope_lexemes.py) is not followed at all: thousands of facts share it.
 MULTI_HOP_SQL = f"""
 SELECT e.entity, e.ord, {_FACT_COLUMNS},
@@ -390,7 +386,7 @@ ORDER BY e.ord, m.full_text DESC, f.id
 """
 
 
-@dataclass(slots=True)  # not frozen: its __init__ would cost ~2 us more, hundreds of times a call
+@dataclass(slots=True)  # not frozen: a frozen __init__ is slower, and it runs hundreds of times a call (core/packet.py)
 class FactRow:
     """A fact as the assembler sees it: what packing and tracing need, never the embedding."""
 
@@ -417,7 +413,7 @@ class FactCandidates:
     own_index: bool | None  # whether the scope has a ready index of its own (None: no row said)
 
 
-@dataclass(slots=True)  # not frozen: its __init__ would cost ~2 us more, hundreds of times a call
+@dataclass(slots=True)  # not frozen: a frozen __init__ is slower, and it runs hundreds of times a call (core/packet.py)
 class ChunkRow:
     event_id: str
     chunk: int
@@ -555,10 +551,8 @@ async def warm(conn: asyncpg.Connection, p: SearchParams) -> None:
     """Plan each retrieval statement once on a new connection, without running it (EXPLAIN).
 
     A backend's first plan of these statements reads the catalog entries of the tables and
-    of every index on them (each scope's partial HNSW index included) and their statistics.
-    A server's first call at 10,000 facts, six starts each way taking turns: median 51 ms
-    (37-61) without, 33 ms (30-44) with (~31 ms more at start for two connections); the
-    calls after it alike. EXPLAIN is a statement of its own, so the statements' own plan
+    of every index on them (each scope's partial HNSW index included) and their statistics,
+    which would otherwise slow a server's first call (docs/performance.md). EXPLAIN is a statement of its own, so the statements' own plan
     cache (five plans for their values, then one for all) is left as it was."""
     for text, args in (
         (candidates_text("facts", p), _fact_args(p, 1, 1)),
