@@ -61,7 +61,8 @@ CREATE TABLE episode_chunks (
 );
 CREATE INDEX episode_chunks_scope ON episode_chunks (project_id, subject_id);
 CREATE INDEX episode_chunks_search ON episode_chunks USING gin (search_vector);
--- m = 32, ef_construction = 128: measured recall >= 0.95 under a 50% scope filter (default m = 16: ~0.90).
+-- m = 32, ef_construction = 128: a denser graph than the default (m = 16) keeps recall under a
+-- selective scope filter (docs/performance.md).
 CREATE INDEX episode_chunks_embedding ON episode_chunks USING hnsw (embedding vector_cosine_ops)
     WITH (m = 32, ef_construction = 128);
 

@@ -2,11 +2,10 @@
 --
 -- A table-wide HNSW index serves a subject that holds 10% of the rows badly: the scan walks
 -- the graph through the other subjects' rows and filters them out, and with a filter that
--- selective its recall fell to 0.86 (min 0.0) at 100,000 facts among 1,000,000, in 56 ms.
+-- selective it misses rows and takes long (docs/performance.md).
 -- A partial index per scope (`WHERE project_id = ... AND subject_id = ...`, built by
 -- db/scope_indexes.py once a scope reaches HAKI_SCOPE_INDEX_ROWS) holds that scope's rows
--- only: measured on a 10,000-fact subject among 100,000, recall 0.998 and 6 ms for the top
--- 64 + 64 over-fetch. Smaller scopes keep the exact scan of 0006's covering index.
+-- only, so its scan finds nearly all of the true top rows, fast (docs/performance.md). Smaller scopes keep the exact scan of 0006's covering index.
 --
 -- The table-wide indexes are dropped: they served no plan any more and every insert paid
 -- for them (an HNSW insert costs more than the rest of the row's indexes together).

@@ -1,10 +1,10 @@
 -- The common lexemes of each large scope, with how many of its rows hold them.
 --
 -- The idf full-text rank needs each query word's document frequency in the scope. Counting it
--- at query time reads every row holding the word: ~13,000 rows (~100 ms) for four common
--- words in a 100,000-row scope. For a scope with its own vector index (0007: a large one),
+-- at query time reads every row holding the word, which is slow for common words in a large
+-- scope (docs/performance.md). For a scope with its own vector index (0007: a large one),
 -- db/scope_lexemes.py keeps here the lexemes held by HAKI_FULL_TEXT_LEXEME_ROWS+ rows
--- (ts_stat over the scope, ~0.5 s per 100,000 rows, in the background), refreshed once the
+-- (ts_stat over the scope, in the background), refreshed once the
 -- scope's size has moved by a tenth; retrieval takes their df from here instead of reading
 -- their rows.
 CREATE TABLE scope_lexemes (

@@ -2,11 +2,10 @@
 --
 -- 0006's GIN index over (project_id, subject_id, search_vector) answers "rows of this subject
 -- holding this word" by intersecting three posting lists, and the project's and the subject's
--- grow with the table: at 100,000 rows of a subject among 1,000,000, 1.7-4.7 ms per word, and
--- the episode statement took 22.7 ms (16.5 ms with a partial GIN index of the scope's own).
--- Per-scope partial indexes were measured and dropped: every partial index of a table costs
--- the planner ~40 us per statement (200 of them: planning 3.4 -> 11.4 ms), so their number
--- must not grow with the number of large scopes.
+-- grow with the table, so each word's lookup slows as the table grows (docs/performance.md).
+-- Per-scope partial indexes were tried and dropped: every partial index of a table adds to the
+-- planning time of every statement on it, so their number must not grow with the number of
+-- large scopes.
 --
 -- Here the index key is the word *and* the scope: `haki_scoped_lexemes` turns a tsvector into
 -- the same lexemes prefixed with `haki_scope_tag(project, subject)` (16 hex digits of an md5
@@ -16,7 +15,7 @@
 -- over 2,000 bytes is left out (tagged, it could pass the 2,046-byte limit of one lexeme;
 -- db/retrieval.py, _TEXT_LEXEMES, searches no longer word), and
 -- lexemes stop once their tagged bytes reach 1,000,000 (the limit of a whole tsvector is
--- 1 MiB, and 17 more bytes a word would push a fact of ~50,000 distinct words past it: its
+-- 1 MiB, and 17 more bytes a word would push a fact of tens of thousands of distinct words past it: its
 -- write would fail). Words left out can still be served by the vector branch.
 CREATE FUNCTION haki_scope_tag(project_id text, subject_id text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE

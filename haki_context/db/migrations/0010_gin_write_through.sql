@@ -3,10 +3,8 @@
 -- A GIN index with fastupdate (the default) queues new rows' entries in an unsorted pending
 -- list, up to gin_pending_list_limit (4 MB), and every search reads that whole list before
 -- its posting list. Ingestion fills it between flushes, so a server under steady writes
--- carries 0-4 MB of it and each word a candidates statement looks up pays for it: at 10,000
--- episode chunks, after earlier benchmark runs had recorded their events (237 pending
--- pages), each word's lookup read 241 pages instead of 4, and the episode statement took
--- 5.7 against 3.5 ms (p50, 150 questions) once the list was flushed. Written through, an
+-- carries up to 4 MB of it and each word a candidates statement looks up pays for reading it
+-- (docs/performance.md). Written through, an
 -- insert updates the posting lists at once (a few more page writes per row, off the read path).
 ALTER INDEX facts_scoped_search SET (fastupdate = off);
 ALTER INDEX episode_chunks_scoped_search SET (fastupdate = off);
