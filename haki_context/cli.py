@@ -230,7 +230,7 @@ async def _prune(settings: Settings, days: float | None) -> int:
 
     days = days if days is not None else settings.trace_retention_days
     if days is None:
-        raise StartupError("no retention period to prune by", "--days or HAKI_TRACE_RETENTION_DAYS")
+        raise StartupError("no retention period to prune by", "--days or HAKI_TRACE_RETENTION_DAYS", exit_code=2)
     async with database(settings) as dsn:
         await migrate.apply(dsn)
         pool = await create_pool(dsn, max_size=2, statement_timeout_ms=settings.statement_timeout_ms)
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(" ".join(line.split()), file=sys.stderr)
-        return 1
+        return exc.exit_code if isinstance(exc, StartupError) else 1
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -33,12 +33,14 @@ _SECRET_FIELD = re.compile(r"url|password|secret|token|key", re.IGNORECASE)
 
 
 class StartupError(Exception):
-    """An operator error: `what` went wrong, `setting` is the setting or flag to change."""
+    """An operator error: `what` went wrong, `setting` is the setting or flag to change;
+    `exit_code` is the command's status (2: a usage error, as argparse's)."""
 
-    def __init__(self, what: str, setting: str) -> None:
+    def __init__(self, what: str, setting: str, *, exit_code: int = 1) -> None:
         super().__init__(f"{what} ({setting})")
         self.what = what
         self.setting = setting
+        self.exit_code = exit_code
 
 
 def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str | None:
