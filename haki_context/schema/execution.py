@@ -38,7 +38,8 @@ class _PlainLeaf:
     nullable: bool
 
 
-_NOT_PLAIN = _PlainLeaf("", None, False)  # type: ignore[arg-type]  # cached "use the general path"
+# Cached "use the general path"; a sentinel whose `type` is never read, hence None for it.
+_NOT_PLAIN = _PlainLeaf("", None, False)  # type: ignore[arg-type]
 # Per object type of a schema (fields are not hashable), then per field name.
 _plain_leaves: weakref.WeakKeyDictionary[GraphQLObjectType, dict[str, _PlainLeaf]] = weakref.WeakKeyDictionary()
 
