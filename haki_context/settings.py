@@ -31,6 +31,15 @@ class EmbedProvider(str, Enum):
     HASHING = "hashing"  # deterministic hashing embedder, for tests that do not judge meaning
 
 
+class LogLevel(str, Enum):
+    """How much the server and the commands log."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
 class RankingProfile(str, Enum):
     """A named set of ranking settings."""
 
@@ -93,6 +102,8 @@ class Settings(BaseSettings):
     """Requests without a key use project `default`. Unset: on only on loopback with the embedded database."""
     graphiql: bool = True
     """Serve GraphiQL at GET /graphql."""
+    log_level: LogLevel | None = None
+    """debug, info, warning or error; unset: info for `serve` and the long jobs, warning for the short commands."""
     access_log: bool = False
     """Log one line per HTTP request (it costs time on the hot path)."""
     introspection: bool = True

@@ -28,9 +28,10 @@ from haki_context.core.embedder import (
     file_sha256,
     read_manifest,
 )
+from haki_context.core.runtime import open_pool
 from haki_context.core.space import EmbedderMismatch, check_embedding_space, reembed
 from haki_context.db import migrate
-from haki_context.db.pool import create_pool
+from haki_context.settings import Settings
 
 SENTENCES = [
     "Please send my invoices in French.",
@@ -173,22 +174,26 @@ def test_the_shipped_graph_agrees_with_sentence_transformers(
 
 
 @pytest.mark.slow
-def test_a_rebuild_from_the_packaged_weights_agrees_and_writes_its_manifest(
-    tmp_path: Path, torch_encoder: Encoder
+def test_build_model_rebuilds_the_shipped_graph_from_the_packaged_weights(
+    tmp_path: Path, torch_encoder: Encoder, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    extra = locomo_texts(200)
-    manifest = model_build.build_shipped_model(tmp_path, extra_texts=extra)
+    from haki_context.cli import main
+
+    assert main(["build-model", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([SHIPPED_GRAPH, SHIPPED_TOKENIZER, MANIFEST])
-    assert json.loads((tmp_path / MANIFEST).read_text()) == manifest
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
     agreement = manifest["agreement"]
     for figures in agreement["fp32"].values():
         assert figures["min"] >= 0.9999
     for figures in agreement["int8"].values():
         assert figures["min"] >= 0.998 and figures["mean"] >= 0.999
-    assert ("extra_texts" in agreement["int8"]) == bool(extra)
-    assert manifest["weights"]["sha256"] == read_manifest()["weights"]["sha256"]  # the weights the shipped graph used
-    rebuilt = OnnxMiniLMEncoder.shipped(tmp_path)
-    assert float(cosines(torch_encoder.encode(SENTENCES), rebuilt.encode(SENTENCES)).mean()) >= 0.999
+    shipped = read_manifest()
+    assert manifest["weights"]["sha256"] == shipped["weights"]["sha256"]  # the weights the shipped graph used
+    assert manifest["graph"]["sha256"] == shipped["graph"]["sha256"]  # the build is reproducible
+    assert "identical to the shipped graph" in capsys.readouterr().out
+    texts = locomo_texts(200)
+    found = cosines(torch_encoder.encode(texts), OnnxMiniLMEncoder.shipped(tmp_path).encode(texts))
+    assert float(found.min()) >= 0.998 and float(found.mean()) >= 0.999
 
 
 @pytest.mark.slow
@@ -257,7 +262,7 @@ async def test_a_database_refuses_another_embedding_space_until_reembedded(
     await admin.close()
     dsn = pg_uri.replace("/postgres?", "/haki_space?")
     await migrate.apply(dsn)
-    pool = await create_pool(dsn, max_size=2)
+    pool = await open_pool(dsn, Settings(), min_size=1, max_size=2)
     hashing, onnx = Embedder(HashingEncoder()), Embedder(onnx_encoder)
     try:
         await check_embedding_space(pool, hashing)  # first use records the space
@@ -283,17 +288,6 @@ async def test_a_database_refuses_another_embedding_space_until_reembedded(
 
 
 # --- the build-model command
-
-
-def test_build_model_command_with_the_default_provider_loads_the_shipped_graph(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from haki_context.cli import main
-
-    monkeypatch.setenv("HAKI_MODEL_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("HAKI_EMBED_PROVIDER", "onnx")
-    assert main(["build-model"]) == 0
-    assert "onnx-int8/all-MiniLM-L6-v2 ready" in capsys.readouterr().out
 
 
 def test_build_model_into_an_unusable_folder_is_one_error_line(

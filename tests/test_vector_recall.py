@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from haki_context.core.embedder import HashingEncoder
+from haki_context.core.runtime import open_pool
 from haki_context.core.scope_indexes import build_pending
 from haki_context.db import migrate, retrieval, scope_indexes
-from haki_context.db.pool import create_pool
 from haki_context.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ async def recall_pool(pg_uri: str) -> AsyncIterator[asyncpg.Pool]:
     await admin.close()
     dsn = pg_uri.replace("/postgres?", "/haki_recall?")
     await migrate.apply(dsn)
-    pool = await create_pool(dsn, max_size=2, statement_timeout_ms=300_000)
+    pool = await open_pool(dsn, Settings(statement_timeout_ms=300_000), min_size=1, max_size=2)
     rng = random.Random(7)
     owners = [s for s, n in SUBJECTS.items() for _ in range(n)]
     owners += [f"other-{i % 7}" for i in range(TABLE_ROWS - len(owners))]

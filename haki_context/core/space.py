@@ -39,7 +39,7 @@ async def reembed(pool: asyncpg.Pool, embedder: Embedder, *, batch_size: int = 2
 
     Reports rows done / total as it goes (core/progress.py): a large database takes minutes."""
     async with pool.acquire() as conn:
-        total = sum([int(await conn.fetchval(f"SELECT count(*) FROM {table}")) for table in _TABLES])
+        total = sum([await meta.count_rows(conn, table) for table in _TABLES])
     counts: dict[str, int] = {}
     with Progress(f"re-embedding with {embedder.name}", total) as progress:
         for table in _TABLES:

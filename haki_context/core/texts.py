@@ -102,7 +102,7 @@ def event_chunks(kind: str, payload: Any, excerpt_limit: int) -> list[ChunkText]
     is one chunk whose text is the turn text or the compact JSON.
     """
     if isinstance(payload, dict) and isinstance(payload.get("messages"), list) and payload["messages"]:
-        chunks = []
+        chunks: list[ChunkText] = []
         for message in payload["messages"]:
             text = turn_text(message) or compact_json(message)
             is_turn = turn_text(message) is not None
@@ -112,14 +112,13 @@ def event_chunks(kind: str, payload: Any, excerpt_limit: int) -> list[ChunkText]
                 excerpt = event_excerpt(kind, part, excerpt_limit)
                 chunks.append(ChunkText(len(chunks), piece, excerpt, is_turn, speaker))
         return chunks
-    text = turn_text(payload)
-    if text is None:
-        text = compact_json(payload)
-        return [ChunkText(0, text[: MAX_CHUNK_CHARS * 4], event_excerpt(kind, payload, excerpt_limit))]
-    pieces = split_long_text(text)
+    turn = turn_text(payload)
+    if turn is None:
+        return [ChunkText(0, compact_json(payload)[: MAX_CHUNK_CHARS * 4], event_excerpt(kind, payload, excerpt_limit))]
+    pieces = split_long_text(turn)
     speaker = turn_speaker(payload)
     if len(pieces) == 1:
-        return [ChunkText(0, text, event_excerpt(kind, payload, excerpt_limit), True, speaker)]
+        return [ChunkText(0, turn, event_excerpt(kind, payload, excerpt_limit), True, speaker)]
     return [
         ChunkText(i, piece, event_excerpt(kind, {**payload, "text": piece}, excerpt_limit), True, speaker)
         for i, piece in enumerate(pieces)

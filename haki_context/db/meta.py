@@ -25,6 +25,11 @@ async def holds_vectors(conn: asyncpg.Connection) -> bool:
     return bool(await conn.fetchval("SELECT EXISTS (SELECT 1 FROM facts) OR EXISTS (SELECT 1 FROM episode_chunks)"))
 
 
+async def count_rows(conn: asyncpg.Connection, table: str) -> int:
+    """The rows of one of the tables holding vectors (`table` is a constant of the caller's)."""
+    return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))
+
+
 async def text_batch(
     conn: asyncpg.Connection, table: str, after: tuple[Any, ...] | None, limit: int
 ) -> list[asyncpg.Record]:

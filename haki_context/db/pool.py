@@ -46,13 +46,13 @@ async def keep_session(conn: asyncpg.Connection) -> None:
 async def create_pool(
     dsn: str,
     *,
-    min_size: int = 1,
-    max_size: int = 10,
-    idle_lifetime_s: float = 0.0,
-    statement_timeout_ms: int = 10_000,
-    hnsw_ef_search: int = 100,
-    hnsw_max_scan_tuples: int = 50_000,
-    ivf_probes: int = 8,
+    min_size: int,
+    max_size: int,
+    idle_lifetime_s: float,
+    statement_timeout_ms: int,
+    hnsw_ef_search: int,
+    hnsw_max_scan_tuples: int,
+    ivf_probes: int,
 ) -> asyncpg.Pool:
     """A pool whose connections carry our codecs and search settings.
 

@@ -263,11 +263,12 @@ async def _replace(conn: asyncpg.Connection, kind: IndexKind, scope: Scope) -> N
 
 async def _validity(conn: asyncpg.Connection, name: str) -> bool | None:
     """Whether the index `name` is valid; None: there is none."""
-    return await conn.fetchval(
+    valid: bool | None = await conn.fetchval(
         "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
         " WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace",
         name,
     )
+    return valid
 
 
 async def _drop(conn: asyncpg.Connection, name: str) -> None:
@@ -282,7 +283,7 @@ async def _create_ddl(conn: asyncpg.Connection, kind: IndexKind, name: str, scop
         method, params = "hnsw (embedding vector_cosine_ops)", f"m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION}"
     else:
         method, params = "ivfflat (embedding_half halfvec_ip_ops)", f"lists = {ivf_lists(scope.rows)}"
-    return await conn.fetchval(
+    ddl: str = await conn.fetchval(
         "SELECT format('CREATE INDEX CONCURRENTLY IF NOT EXISTS %I ON %I USING ' || $3::text || ' WITH ('"
         " || $4::text || ') WHERE project_id = %L AND subject_id = %L', $1::text, $2::text, $5::text, $6::text)"
         " || $7::text",
@@ -294,6 +295,7 @@ async def _create_ddl(conn: asyncpg.Connection, kind: IndexKind, name: str, scop
         scope.subject_id,
         extra,
     )
+    return ddl
 
 
 async def ready(conn: asyncpg.Connection, project_id: str) -> list[tuple[str, str, str]]:
