@@ -47,7 +47,7 @@ class Turn:
 
     @property
     def text(self) -> str:
-        """The chunk text the server searches and embeds (DESIGN.md "Texts")."""
+        """The chunk text the server searches and embeds (docs/design.md "Texts")."""
         return turn_text(self.payload) or compact_json(self.payload)
 
 

@@ -1,4 +1,4 @@
-"""Conflict sets: CONTEST, openConflict, resolveConflict, dismissConflict (DESIGN.md "The write path")."""
+"""Conflict sets: CONTEST, openConflict, resolveConflict, dismissConflict (docs/design.md "The write path")."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ async def test_each_recorded_event_gets_an_embedded_searchable_chunk(
     assert set(rows) == {e["id"] for e in events}
     chat, metric = rows[events[0]["id"]], rows[events[1]["id"]]
     assert chat["chunk"] == 0 and chat["subject_id"] == subject and chat["kind"] == "chat"
-    assert chat["text"] == "user: My cat is called Miso."  # DESIGN.md "Texts": speaker and words
+    assert chat["text"] == "user: My cat is called Miso."  # docs/design.md "Texts": speaker and words
     assert "'miso'" in chat["search"] and "'cat'" in chat["search"]
     assert metric["text"] == '{"steps":9000}'  # no turn text: the compact JSON
     assert chat["dims"] == metric["dims"] == 384

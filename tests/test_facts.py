@@ -1,4 +1,4 @@
-"""assertFact's modes and outcomes, and retractFact, end to end over GraphQL (DESIGN.md "The write path")."""
+"""assertFact's modes and outcomes, and retractFact, end to end over GraphQL (docs/design.md "The write path")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every input limit of DESIGN.md "Errors" answers with its typed code, never a traceback or SQL text.
+"""Every input limit of docs/design.md "Errors" answers with its typed code, never a traceback or SQL text.
 
 One test per limit; each checks the boundary value that is still accepted
 where that is cheap, so a limit cannot drift by one.

@@ -1,4 +1,4 @@
-"""Migrations: ordered, recorded, idempotent, safe to run concurrently; the storage DESIGN.md asks for."""
+"""Migrations: ordered, recorded, idempotent, safe to run concurrently; the storage of docs/design.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Input limits (DESIGN.md "Errors"): every check raises a typed domain error."""
+"""Input limits (docs/design.md "Errors"): every check raises a typed domain error."""
 
 from __future__ import annotations
 

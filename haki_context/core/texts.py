@@ -1,4 +1,4 @@
-"""The texts the server derives from facts and events (DESIGN.md "Texts").
+"""The texts the server derives from facts and events (docs/design.md "Texts").
 
 A fact's text is what is searched, embedded, and shown in `rendered`. An
 event becomes one or more episode chunks: a chunk's text is searched and
