@@ -264,6 +264,12 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def default(name: str) -> Any:
+    """The default of setting `name`, for a function that takes it as an argument (so the
+    literal lives here only)."""
+    return Settings.model_fields[name].default
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment, with explicit overrides (CLI flags) on top."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ..settings import Settings
+from ..settings import Settings, default
 
 DIMENSIONS = 384
 
@@ -99,7 +99,9 @@ class MiniLMEncoder:
     name = "sentence-transformers/all-MiniLM-L6-v2"
     space = MINILM_SPACE
 
-    def __init__(self, *, threads: int = 1, batch_size: int = 64) -> None:
+    def __init__(
+        self, *, threads: int = default("embed_threads"), batch_size: int = default("embed_batch_size")
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
@@ -157,9 +159,9 @@ class OnnxMiniLMEncoder:
         model_path: Path,
         tokenizer_path: Path,
         name: str = "onnx-int8/all-MiniLM-L6-v2",
-        threads: int = 1,
-        batch_size: int = 64,
-        query_threads: int = 1,
+        threads: int = default("embed_threads"),
+        batch_size: int = default("embed_batch_size"),
+        query_threads: int = default("embed_query_threads"),
     ) -> None:
         try:
             import onnxruntime as ort
@@ -183,9 +185,9 @@ class OnnxMiniLMEncoder:
         cls,
         models_dir: Path = SHIPPED_DIR,
         *,
-        threads: int = 1,
-        batch_size: int = 64,
-        query_threads: int = 1,
+        threads: int = default("embed_threads"),
+        batch_size: int = default("embed_batch_size"),
+        query_threads: int = default("embed_query_threads"),
     ) -> OnnxMiniLMEncoder:
         """The encoder over the int8 graph in `models_dir` (by default the one shipped in the package).
 
@@ -289,7 +291,13 @@ class HashingEncoder:
 class Embedder:
     """Async front of an encoder: one worker thread, batches, and a query LRU cache."""
 
-    def __init__(self, encoder: Encoder, *, cache_size: int = 1024, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        *,
+        cache_size: int = default("query_cache_size"),
+        batch_size: int = default("embed_batch_size"),
+    ) -> None:
         self.encoder = encoder
         self.name = encoder.name
         self.space = encoder.space
@@ -341,7 +349,12 @@ def encoder_for(settings: Settings) -> Encoder:
 
 
 def build_encoder(
-    provider: str, *, model_cache: Path, threads: int = 1, batch_size: int = 64, query_threads: int = 1
+    provider: str,
+    *,
+    model_cache: Path,
+    threads: int = default("embed_threads"),
+    batch_size: int = default("embed_batch_size"),
+    query_threads: int = default("embed_query_threads"),
 ) -> Encoder:
     """The encoder HAKI_EMBED_PROVIDER names; `model_cache` holds the fp32 export of `onnx-fp32`."""
     if provider == "hashing":
@@ -357,7 +370,13 @@ def build_encoder(
     )
 
 
-def fp32_encoder(cache_dir: Path, *, threads: int = 1, batch_size: int = 64, query_threads: int = 1) -> Encoder:
+def fp32_encoder(
+    cache_dir: Path,
+    *,
+    threads: int = default("embed_threads"),
+    batch_size: int = default("embed_batch_size"),
+    query_threads: int = default("embed_query_threads"),
+) -> Encoder:
     """The `onnx-fp32` encoder: an fp32 export of the packaged weights, built into `cache_dir` on first
     use and checked against torch; building it needs the `[torch]` extra."""
     # The one place the runtime reaches the torch-side build module, lazily: model_build imports

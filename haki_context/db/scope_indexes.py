@@ -30,23 +30,17 @@ TABLES: dict[str, tuple[str, str]] = {
     "episode_chunks": ("chunk_rows", ""),
 }
 
-# m = 16, ef_construction = 256. Measured for the top 64 facts of the benchmark's subject (170
-# questions, ef_search 100, relaxed iterative scan, the over-fetch re-sorted; recall against an
-# exact scan, ties by distance): at 10,000 rows, the scan 2.03 ms and recall 0.997 (min 0.92)
-# against 2.41 ms and 0.996 (min 0.84) with m = 32, ef_construction = 128 (the earlier
-# choice), 1.95 ms and 0.994 (min 0.69) with m = 16, 128; at 100,000 rows, 6.4 ms and 0.982
-# against 8.0 ms and 0.941 (16, 128: 6.0 ms, 0.970). Fewer neighbours per node mean fewer
-# tuples read per step, and within hnsw.max_scan_tuples the relaxed scan gets further; the
-# longer construction makes up the graph's quality. Against pgvector's defaults (16, 64) at
-# ef_search 40: recall 0.97 (min 0.56). An index keeps the parameters it was built with.
+# Fewer neighbours per node (m) mean fewer tuples read per step, so within
+# hnsw.max_scan_tuples the relaxed scan gets further; a longer construction makes up the
+# graph's quality. An index keeps the parameters it was built with (figures in
+# docs/performance.md, "Scope HNSW parameters").
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 256
 
 
 def ivf_lists(rows: int) -> int:
     """The IVFFlat lists of a scope of `rows` rows: sqrt(rows), so a search of a fixed number
-    of lists (HAKI_IVF_PROBES) reads ~sqrt(rows) rows each (316 lists at 100,000 rows, 8 read:
-    ~2,500 rows, 1.7 ms). Lists are k-means centroids of the rows at build time; past 4x the
+    of lists (HAKI_IVF_PROBES) reads ~sqrt(rows) rows each. Lists are k-means centroids of the rows at build time; past 4x the
     rows (lists under half this figure) the index is rebuilt (`stale_kinds`)."""
     return max(1, round(math.sqrt(rows)))
 
