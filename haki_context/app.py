@@ -110,7 +110,7 @@ class GraphQLEndpoint:
             body = await self._read_body(request)
             authenticator: Authenticator = request.app.state.authenticator
             scope["haki_project_id"] = await authenticator.project_for(request.headers.get("authorization"))
-        except Exception as exc:
+        except Exception as exc:  # every failure here gets a coded answer
             domain = exc if isinstance(exc, HakiError) else domain_error(exc)
             if domain is None:
                 raise
@@ -163,7 +163,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         await _apply_migrations(dsn)
         pool = await open_pool(dsn, settings)
         stack.push_async_callback(pool.close)
-        log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
+        log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", settings.embed_provider.value)
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
         stack.callback(embedder.close)
@@ -189,11 +189,6 @@ async def _apply_migrations(dsn: str) -> None:
         return
     log.info("applying %d migration(s): %s", len(pending), ", ".join(pending))
     await migrate.apply(dsn)
-
-
-def _provider(settings: Settings) -> str:
-    provider = settings.embed_provider
-    return str(getattr(provider, "value", provider))
 
 
 @contextlib.asynccontextmanager
@@ -254,7 +249,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
                 async with rt.pool.acquire() as conn:
                     await conn.fetchval("SELECT 1")
                     pending = await migrate.pending(conn)
-        except Exception:
+        except Exception:  # any failure means not ready
             return JSONResponse({"status": "database unavailable"}, status_code=503)
         if pending:
             return JSONResponse({"status": "migrations pending", "pending": pending}, status_code=503)
@@ -300,7 +295,7 @@ async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.
             deleted = await prune(rt.pool, days)
             if deleted:
                 log.info("retention: deleted %d trace(s) older than %g day(s)", deleted, days)
-        except Exception:
+        except Exception:  # retention must never take the server down
             log.exception("retention pass failed; retrying later")
         await asyncio.sleep(every_seconds)
 
@@ -319,7 +314,7 @@ async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
                 build_memory=settings.scope_index_build_memory,
                 lexeme_rows=settings.full_text_lexeme_rows,
             )
-        except Exception:
+        except Exception:  # a failed build leaves the exact scan in place; retry later
             log.exception("scope index build failed; retrying later")
         await asyncio.sleep(settings.scope_index_interval_s)
 

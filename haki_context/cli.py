@@ -28,7 +28,7 @@ from . import __version__
 from .core import keys as core_keys
 from .db import embedded, migrate
 from .db import keys as db_keys
-from .settings import LogLevel, Settings, load_settings
+from .settings import EmbedProvider, LogLevel, Settings, load_settings
 from .startup_errors import (
     DATA_DIR,
     DATABASE_URL,
@@ -95,11 +95,6 @@ def quiet_third_parties() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def _provider(settings: Settings) -> str:
-    provider = settings.embed_provider
-    return str(getattr(provider, "value", provider))
-
-
 def preflight(settings: Settings, *, embedder: bool = False, builds_model: bool = False) -> None:
     """The checks that need no database: the URL parses (or the data directory is usable), and
     the model cache can be a directory (and written, for a build)."""
@@ -107,7 +102,7 @@ def preflight(settings: Settings, *, embedder: bool = False, builds_model: bool 
         database_target(settings.database_url)
     else:
         embedded.check_data_dir(settings.data_dir)
-    if builds_model or (embedder and _provider(settings) != "hashing"):
+    if builds_model or (embedder and settings.embed_provider is not EmbedProvider.HASHING):
         _check_model_cache(settings, writable=builds_model)
 
 
@@ -247,7 +242,7 @@ async def _reembed(settings: Settings) -> int:
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
-        log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", _provider(settings))
+        log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", settings.embed_provider.value)
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
         # No statement timeout: a batch's update may take longer than a request's statements.

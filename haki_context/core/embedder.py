@@ -119,7 +119,7 @@ class MiniLMEncoder:
         self._batch_size = batch_size
         try:
             self._model = SentenceTransformer(str(path), device="cpu")
-        except Exception as exc:
+        except Exception as exc:  # any load failure is fatal at start-up
             raise EmbedderUnavailable(f"cannot load all-MiniLM-L6-v2 from {path}: {exc}") from exc
 
     def set_thread_count(self) -> None:
@@ -387,7 +387,7 @@ def fp32_encoder(
         path = model_build.ensure_fp32(cache_dir)
     except EmbedderUnavailable:
         raise
-    except Exception as exc:
+    except Exception as exc:  # any failure to load is fatal at start-up
         raise EmbedderUnavailable(
             f"cannot build the fp32 ONNX export of all-MiniLM-L6-v2 in {cache_dir}: {exc}"
         ) from exc

@@ -30,7 +30,7 @@ async def timings(ctx: RequestContext, trace: ContextTrace) -> TraceTimings:
         return trace.timings
     try:
         persist_ms = await write.written
-    except Exception:
+    except Exception:  # reported once, for the whole response (schema.writes)
         return trace.timings
     return assembler.written_timings(trace.timings, persist_ms)
 

@@ -161,6 +161,6 @@ def _read(plain: _PlainLeaf, source: Any) -> Any:
         if value is None:
             return None if plain.nullable else Undefined
         coerced = plain.type.coerce_output_value(value)
-    except Exception:
+    except Exception:  # the general path raises it again, located
         return Undefined
     return Undefined if coerced is None else coerced
