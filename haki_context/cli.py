@@ -137,9 +137,14 @@ async def database(settings: Settings) -> AsyncIterator[str]:
 
 
 def cmd_serve(settings: Settings) -> int:
+    from uvicorn.loops.auto import auto_loop_factory
+
     sock = bind_port(settings.host, settings.port)
     try:
-        return asyncio.run(_serve(settings, sock))
+        # The event loop uvicorn itself would run (uvloop where installed): the server's hot
+        # path is measured on it (docs/performance.md).
+        with asyncio.Runner(loop_factory=auto_loop_factory(use_subprocess=False)) as runner:
+            return runner.run(_serve(settings, sock))
     finally:
         sock.close()
 
