@@ -100,6 +100,8 @@ class Settings(BaseSettings):
     """An external PostgreSQL (with the `vector` and `btree_gin` extensions); unset: the embedded one."""
     dev_mode: bool | None = None
     """Requests without a key use project `default`. Unset: on only on loopback with the embedded database."""
+    dev_mode_on_any_interface: bool = False
+    """Allow keyless development mode on a non-loopback bind (insecure: anyone who reaches the port writes as `default`)."""
     graphiql: bool = True
     """Serve GraphiQL at GET /graphql."""
     log_level: LogLevel | None = None
@@ -117,7 +119,17 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = 10_000
     """PostgreSQL statement timeout of the server's connections."""
     max_body_bytes: int = 64 * 1024 * 1024
-    """Largest request body accepted."""
+    """Largest request body accepted; a body is refused at its first byte past it."""
+    max_concurrent_context: int = 4
+    """`context` calls assembled at once per process; more wait in the admission queue."""
+    admission_queue: int = 32
+    """`context` calls that may wait for a slot; past it a call is refused at once (UNAVAILABLE, 503)."""
+    admission_wait_s: float = 2.0
+    """Longest a `context` call waits for a slot before it is refused (UNAVAILABLE, 503)."""
+    shutdown_grace_s: float = 10.0
+    """Seconds a stopping server gives in-flight calls before it ends them."""
+    database_check_interval_s: float = 1.0
+    """How often the server checks that its database is up (the embedded one is restarted when it died)."""
 
     # --- embedder
     embed_provider: EmbedProvider = EmbedProvider.ONNX
