@@ -8,6 +8,7 @@ import asyncpg
 
 from ..db.pool import create_pool
 from ..settings import Settings
+from .admission import Admission
 from .embedder import Embedder
 from .scope_indexes import OwnIndexHints
 
@@ -24,6 +25,12 @@ class Runtime:
     embedder: Embedder
     settings: Settings
     own_indexes: OwnIndexHints = field(default_factory=OwnIndexHints)
+    # Built from `settings`, never passed nor copied: a runtime made with other settings
+    # (dataclasses.replace) gets its own admission with that runtime's limits.
+    admission: Admission = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "admission", Admission.from_settings(self.settings))
 
 
 async def open_pool(
