@@ -20,10 +20,11 @@ from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.types import ExecutionResult
 
+from .core.admission import RETRY_AFTER_S
 from .core.assembler import warm_connections
 from .core.auth import Authenticator
 from .core.embedder import Embedder, encoder_for
-from .core.errors import HakiError, PayloadTooLarge
+from .core.errors import HakiError, PayloadTooLarge, Unavailable
 from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
 from .db import embedded, migrate
@@ -78,6 +79,8 @@ class HakiGraphQL(GraphQL):
             status = http_status(response_data.get("errors") or [])
             if status is not None:
                 response.status_code = status
+                if status == Unavailable.http_status:  # shed or database down: tell clients when to retry
+                    response.headers["Retry-After"] = str(RETRY_AFTER_S)
         return response
 
     def encode_json(self, data: object) -> bytes:
@@ -90,7 +93,8 @@ class HakiGraphQL(GraphQL):
 def error_response(exc: HakiError) -> JSONResponse:
     """A GraphQL-shaped error answered before execution (auth, body size, database down)."""
     body = {"data": None, "errors": [{"message": exc.message, "extensions": exc.extensions()}]}
-    return JSONResponse(body, status_code=exc.http_status)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, Unavailable) else None
+    return JSONResponse(body, status_code=exc.http_status, headers=headers)
 
 
 class GraphQLEndpoint:

@@ -14,8 +14,14 @@ async def context(
     ctx: RequestContext, subject_id: str, query: str, budget: int | None, path: tuple[str | int, ...]
 ) -> ContextPacket:
     """The packet, returned while its trace is still being written: the response is held until
-    the write has committed (schema.writes.AwaitTraceWrites), and serialized meanwhile."""
-    assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget)
+    the write has committed (schema.writes.AwaitTraceWrites), and serialized meanwhile.
+
+    The assembly (embedding, retrieval, scoring) runs in an admission slot; a call refused one
+    is UNAVAILABLE and writes no trace. The trace write is sent before the slot is released and
+    committed after: its wait is on the pool, which bounds it, and holding a slot for it would
+    leave the CPU idle while calls queue."""
+    async with ctx.rt.admission.slot():
+        assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget)
     packet = assembly.packet
     ctx.trace_writes[packet.trace.id] = TraceWrite(path, assembly.written)
     # The decisions are in hand: a later `trace.decisions` of this request needs no query.
