@@ -161,7 +161,15 @@ class Episode:
 
 @strawberry.type(description="What to put in the prompt: facts and episodes under a token budget, with the trace.")
 class ContextPacket:
-    trace_id: strawberry.ID = strawberry.field(description="Id of the persisted trace of this call.")
+    trace_id: strawberry.ID = strawberry.field(
+        description=(
+            "Id of the persisted trace of this call. Once the call is answered, its trace survives a crash or"
+            " restart of this server and a clean stop of the database. By default (HAKI_DURABLE_TRACES=0) traces"
+            " commit asynchronously: if the database server itself crashes within a fraction of a second of the"
+            " answer, the trace may be lost, whole (never in part), and `trace(id:)` returns null. With"
+            " HAKI_DURABLE_TRACES=1 an answered call's trace always survives. Facts and events always commit durably."
+        )
+    )
     facts: list[PacketFact] = strawberry.field(description="By decreasing score; multi-hop facts after the main pack.")
     episodes: list[Episode] = strawberry.field(description="After the facts, in the same budget.")
     warnings: list[str] = strawberry.field(
