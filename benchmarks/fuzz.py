@@ -22,8 +22,8 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from datetime import UTC
 from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
