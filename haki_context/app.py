@@ -27,6 +27,7 @@ from .core.embedder import Embedder, encoder_for
 from .core.errors import HakiError, PayloadTooLarge, Unavailable
 from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
+from .core.supervisor import Supervisor
 from .db import embedded, migrate
 from .resolvers.context import build_context
 from .schema import build_schema
@@ -156,17 +157,18 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
     Each step logs its line before it starts, so a slow one (a first initdb, a model build)
     shows what the process is doing."""
     stack = contextlib.AsyncExitStack()
+    server: embedded.EmbeddedPostgres | None = None
     try:
         if settings.database_url:
             dsn = settings.database_url
             log.info("using the PostgreSQL at %s (HAKI_DATABASE_URL)", database_target(dsn))
         else:
-            server = await asyncio.to_thread(embedded.start, settings.data_dir)
+            server = await _start_embedded(settings)
             stack.callback(server.close)
             dsn = server.uri
         await _apply_migrations(dsn)
         pool = await open_pool(dsn, settings)
-        stack.push_async_callback(pool.close)
+        stack.push_async_callback(close_pool, pool)
         log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", settings.embed_provider.value)
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
@@ -175,10 +177,38 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         await embedder.embed_query("warm up")  # the first encode pays one-off costs
         await warm_connections(pool, settings)  # and the first plans
         log.info("embedder ready: %s", embedder.name)
-        return Runtime(pool=pool, embedder=embedder, settings=settings), stack
+        return Runtime(pool=pool, embedder=embedder, settings=settings, embedded=server), stack
     except BaseException:
         await stack.aclose()
         raise
+
+
+async def _start_embedded(settings: Settings) -> embedded.EmbeddedPostgres:
+    """Start the embedded server in a thread; a stop asked meanwhile waits for that start and
+    then stops the server, which would otherwise outlive the process."""
+    starting = asyncio.ensure_future(asyncio.to_thread(embedded.start, settings.data_dir))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            (await starting).close()
+        raise
+
+
+# Seconds the pool's connections get to be given back once the server stops taking calls:
+# a connection still held past them (a statement stuck on a lock) is cut.
+POOL_CLOSE_TIMEOUT_S = 3.0
+
+
+async def close_pool(pool: asyncpg.Pool, timeout_s: float = POOL_CLOSE_TIMEOUT_S) -> None:
+    """Close `pool` gracefully within `timeout_s`, else terminate its connections."""
+    try:
+        await asyncio.wait_for(pool.close(), timeout_s)
+    except TimeoutError:
+        log.warning("closing the database connections took over %g s; cutting them", timeout_s)
+        pool.terminate()
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError):
+        pool.terminate()  # connections to a database that is gone: nothing left to close politely
 
 
 async def _apply_migrations(dsn: str) -> None:
@@ -201,6 +231,15 @@ async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncItera
     the server stops, and say where GraphQL is served."""
     _attach(app, rt, settings)
     tasks: list[asyncio.Task[None]] = []
+    supervised = rt.embedded is not None and rt.embedded.owned
+    pool_lines = _PoolReconnectLines(quiet=supervised)
+    logging.getLogger("asyncpg.pool").addFilter(pool_lines)
+    if rt.embedded is not None and rt.embedded.owned:
+        # Only the owner restarts the embedded server; an external one (or another process's)
+        # is left to reconnect by the pool.
+        supervisor = Supervisor(rt.embedded, rt.pool, settings.database_check_interval_s)
+        app.state.supervisor = supervisor
+        tasks.append(asyncio.create_task(supervisor.run()))
     if settings.trace_retention_days is not None:
         tasks.append(asyncio.create_task(_retention_loop(rt, settings.trace_retention_days)))
     if settings.scope_index_interval_s > 0:
@@ -213,6 +252,34 @@ async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncItera
     finally:
         for task in tasks:
             task.cancel()
+        # Wait for the jobs to end (a pass mid-statement is cut), so none outlives the pool.
+        if tasks:
+            await asyncio.wait(tasks, timeout=POOL_CLOSE_TIMEOUT_S)
+        app.state.supervisor = None
+        logging.getLogger("asyncpg.pool").removeFilter(pool_lines)
+
+
+class _PoolReconnectLines(logging.Filter):
+    """asyncpg's pool logs a traceback each time it fails to reopen its minimum of connections
+    while the database is down. Under a supervisor, whose own lines say when the database is
+    lost and back, these are dropped; otherwise each is one line without the traceback."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        super().__init__()
+        self._quiet = quiet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Failed to restore the pool connection floor"):
+            return True
+        if self._quiet:
+            return False
+        cause = record.exc_info[1] if record.exc_info else None
+        record.msg, record.args = (
+            "the pool could not reopen a database connection (%s); retrying",
+            (type(cause).__name__ if cause is not None else "unknown",),
+        )
+        record.exc_info, record.exc_text = None, None
+        return True
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None, *, background: bool = False) -> Starlette:
@@ -248,6 +315,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         rt: Runtime | None = getattr(request.app.state, "runtime", None)
         if rt is None:
             return JSONResponse({"status": "starting"}, status_code=503)
+        supervisor: Supervisor | None = getattr(request.app.state, "supervisor", None)
+        if supervisor is not None and not supervisor.up:
+            return JSONResponse({"status": "database unavailable"}, status_code=503)
         try:
             async with asyncio.timeout(2.0):
                 async with rt.pool.acquire() as conn:
@@ -294,13 +364,15 @@ async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.
     """Prune traces past HAKI_TRACE_RETENTION_DAYS at start-up, then every hour."""
     from .core.traces import prune
 
+    failures = _FailureLog("retention pass")
     while True:
         try:
             deleted = await prune(rt.pool, days)
             if deleted:
                 log.info("retention: deleted %d trace(s) older than %g day(s)", deleted, days)
-        except Exception:  # retention must never take the server down
-            log.exception("retention pass failed; retrying later")
+            failures.succeeded()
+        except Exception as exc:  # retention must never take the server down
+            failures.failed(exc)
         await asyncio.sleep(every_seconds)
 
 
@@ -309,6 +381,7 @@ async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
     HAKI_SCOPE_INDEX_INTERVAL_S (builds run concurrently with requests: CREATE INDEX CONCURRENTLY)."""
     from .core.scope_indexes import build_pending
 
+    failures = _FailureLog("scope index build")
     while True:
         try:
             await build_pending(
@@ -318,9 +391,39 @@ async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
                 build_memory=settings.scope_index_build_memory,
                 lexeme_rows=settings.full_text_lexeme_rows,
             )
-        except Exception:  # a failed build leaves the exact scan in place; retry later
-            log.exception("scope index build failed; retrying later")
+            failures.succeeded()
+        except Exception as exc:  # a failed build leaves the exact scan in place; retry later
+            failures.failed(exc)
         await asyncio.sleep(settings.scope_index_interval_s)
+
+
+class _FailureLog:
+    """The log of a background job's failures: one line per kind of failure until a pass
+    succeeds, so a database that is down for an hour is not a traceback every pass.
+
+    An expected failure (the database unavailable, a timeout) is a warning line; anything
+    else is logged with its traceback, once.
+    """
+
+    def __init__(self, job: str) -> None:
+        self._job = job
+        self._seen: set[str] = set()
+
+    def failed(self, exc: Exception) -> None:
+        expected = domain_error(exc)
+        kind = expected.code if expected is not None else type(exc).__name__
+        if kind in self._seen:
+            return
+        self._seen.add(kind)
+        if expected is not None:
+            log.warning("%s failed (%s: %s); retrying later", self._job, kind, expected.message)
+        else:
+            log.error("%s failed; retrying later", self._job, exc_info=exc)
+
+    def succeeded(self) -> None:
+        if self._seen:
+            log.info("%s succeeded again", self._job)
+            self._seen.clear()
 
 
 def _attach(app: Starlette, rt: Runtime, settings: Settings) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from ..db.embedded import EmbeddedPostgres
 from ..db.pool import create_pool
 from ..settings import Settings
 from .admission import Admission
@@ -25,6 +26,8 @@ class Runtime:
     embedder: Embedder
     settings: Settings
     own_indexes: OwnIndexHints = field(default_factory=OwnIndexHints)
+    # The embedded server this process started or attached to; None with HAKI_DATABASE_URL.
+    embedded: EmbeddedPostgres | None = None
     # Built from `settings`, never passed nor copied: a runtime made with other settings
     # (dataclasses.replace) gets its own admission with that runtime's limits.
     admission: Admission = field(init=False, repr=False, compare=False)
