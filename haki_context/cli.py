@@ -139,37 +139,85 @@ async def database(settings: Settings) -> AsyncIterator[str]:
 def cmd_serve(settings: Settings) -> int:
     from uvicorn.loops.auto import auto_loop_factory
 
+    # From here on SIGTERM and SIGINT are a clean stop, even before uvicorn installs its own
+    # handlers: the default SIGTERM would end the process and leave the database running.
+    stop = _StopRequest()
+    originals = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     sock = bind_port(settings.host, settings.port)
     try:
         # The event loop uvicorn itself would run (uvloop where installed): the server's hot
         # path is measured on it (docs/performance.md).
         with asyncio.Runner(loop_factory=auto_loop_factory(use_subprocess=False)) as runner:
-            return runner.run(_serve(settings, sock))
+            return runner.run(_serve(settings, sock, stop))
     finally:
         sock.close()
+        for sig, handler in originals.items():
+            signal.signal(sig, handler)
 
 
-async def _serve(settings: Settings, sock: socket.socket) -> int:
+class _StopRequest:
+    """A stop asked by a signal outside uvicorn's handling: while the server starts, it
+    cancels the start (whose clean-up stops the database); once stopping, it is ignored,
+    since the stop is already under way and bounded."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.stopping = False
+        self._task: asyncio.Task[int] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, task: asyncio.Task[int]) -> None:
+        self._task, self._loop = task, task.get_loop()
+        if self.requested:
+            task.cancel()
+
+    def handle(self, signum: int, frame: object) -> None:
+        if self.requested or self.stopping:
+            return
+        self.requested = True
+        log.info("stopping (%s) while starting", signal.Signals(signum).name)
+        if self._task is not None and self._loop is not None:
+            self._task.cancel()
+            self._loop.call_soon_threadsafe(lambda: None)  # wake the loop to deliver it
+
+
+async def _serve(settings: Settings, sock: socket.socket, stop: _StopRequest | None = None) -> int:
     import uvicorn
 
     from .app import create_app, open_runtime
 
-    if settings.database_url:
-        await check_database(settings.database_url)
-    # The runtime opens before uvicorn starts: a failure (the database, the embedder) is then
-    # our one error line, not a traceback from uvicorn's lifespan.
-    rt, stack = await open_runtime(settings)
-    async with stack:
-        app = create_app(settings, rt, background=True)
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_config=None,  # our logging format for uvicorn's lines too
-            lifespan="on",
-            access_log=settings.access_log,
-        )
-        await _server_class()(config).serve(sockets=[sock])
+    stop = stop or _StopRequest()
+    task = asyncio.current_task()
+    assert task is not None
+    stop.attach(task)
+    try:
+        if settings.database_url:
+            await check_database(settings.database_url)
+        # The runtime opens before uvicorn starts: a failure (the database, the embedder) is then
+        # our one error line, not a traceback from uvicorn's lifespan.
+        rt, stack = await open_runtime(settings)
+        async with stack:
+            if stop.requested:
+                return 0
+            app = create_app(settings, rt, background=True)
+            config = uvicorn.Config(
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_config=None,  # our logging format for uvicorn's lines too
+                lifespan="on",
+                access_log=settings.access_log,
+                # In-flight calls get this long once a stop is asked; then they are cancelled.
+                timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+            )
+            try:
+                await _server_class()(config).serve(sockets=[sock])
+            finally:
+                stop.stopping = True
+    except asyncio.CancelledError:
+        if not stop.requested:
+            raise
+        task.uncancel()
     return 0
 
 
@@ -178,7 +226,16 @@ def _server_class() -> type[Any]:
 
     class Server(uvicorn.Server):
         """uvicorn's server, stopping on SIGINT / SIGTERM without raising the signal again once
-        stopped (uvicorn's default, which would interrupt the closing of the database)."""
+        stopped (uvicorn's default, which would interrupt the closing of the database).
+
+        A second signal does not force an exit either: the stop is bounded already (the grace
+        period, then the pool's and the database's own time-outs), and a forced exit would skip
+        stopping the database."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit:
+                return
+            super().handle_exit(sig, frame)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
