@@ -417,7 +417,9 @@ async def _in_flight() -> AsyncIterator[Callable[[Awaitable[R]], asyncio.Future[
     try:
         yield spawn
     except BaseException:
-        await asyncio.gather(*(t for t in tasks if not t.done()), return_exceptions=True)
+        # Every task, finished ones too: gathering retrieves their errors, which asyncio would
+        # otherwise log as never retrieved.
+        await asyncio.gather(*tasks, return_exceptions=True)
         raise
 
 
