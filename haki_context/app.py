@@ -259,6 +259,20 @@ async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncItera
         logging.getLogger("asyncpg.pool").removeFilter(pool_lines)
 
 
+class CutCallLines(logging.Filter):
+    """A call still running when the stop's grace period ends is cancelled, as intended;
+    uvicorn logs that with a traceback, made here one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and "timeout graceful shutdown exceeded" in str(record.msg):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"  # the grace period did its job
+        if record.exc_info and isinstance(record.exc_info[1], asyncio.CancelledError):
+            record.msg, record.args = "a call still running at the end of the grace period was cancelled", ()
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 class _PoolReconnectLines(logging.Filter):
     """asyncpg's pool logs a traceback each time it fails to reopen its minimum of connections
     while the database is down. Under a supervisor, whose own lines say when the database is

