@@ -2,6 +2,7 @@
 
     HakiError
     ├── InvalidInput          INVALID_INPUT        a value outside its limits, a malformed id or date
+    │   └── BadRequest        INVALID_INPUT        a request body that is no GraphQL request (HTTP 400)
     ├── BudgetExceeded        BUDGET_EXCEEDED      budget <= 0 or above HAKI_MAX_BUDGET
     ├── NotFound              NOT_FOUND            a write naming an unknown id (or another project's)
     ├── IllegalTransition     ILLEGAL_TRANSITION   a fact/conflict transition the table does not allow
@@ -39,6 +40,13 @@ class InvalidInput(HakiError):
     """A value outside its limits, a malformed id or date, a NUL in stored text."""
 
     code = "INVALID_INPUT"
+
+
+class BadRequest(InvalidInput):
+    """A request body that is no GraphQL request: not JSON, not UTF-8, not an object, a field of
+    the wrong type, nesting too deep, a content type other than JSON. Answered before execution."""
+
+    http_status = 400
 
 
 class BudgetExceeded(HakiError):

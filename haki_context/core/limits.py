@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .errors import BudgetExceeded, InvalidInput
@@ -21,15 +21,28 @@ MAX_BATCH = 1000
 MAX_CONFLICT_FACTS = 250
 MIN_CONFLICT_FACTS = 2
 MAX_PAGE_SIZE = 100
+# Deepest nesting of arrays and objects a request body may carry; a payload is far shallower.
+MAX_JSON_DEPTH = 64
 DEFAULT_BUDGET = 900  # the public contract's default for `context(budget:)`
 
 
 def check_text(field: str, value: str, max_chars: int, *, min_chars: int = 1) -> str:
-    """A stored string: `min_chars..max_chars` characters, not blank, no NUL."""
+    """A stored string: `min_chars..max_chars` characters, not blank, no NUL, valid Unicode text."""
     if "\x00" in value:
         raise InvalidInput(f"{field} must not contain NUL characters", field=field)
+    check_unicode(field, value)
     if len(value.strip()) < min_chars or len(value) > max_chars:
         raise InvalidInput(f"{field} must be {min_chars}..{max_chars} characters", field=field)
+    return value
+
+
+def check_unicode(field: str, value: str) -> str:
+    """A string that encodes as UTF-8: a lone surrogate (a JSON escape such as `\\ud800` with no
+    pair) is not text, and neither the database nor the tokenizer can take it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{field} must be valid Unicode text (it holds a lone surrogate)", field=field) from exc
     return value
 
 
@@ -93,22 +106,81 @@ def check_validity(valid_from: datetime | None, valid_to: datetime | None) -> No
 
 
 def check_aware(field: str, value: datetime | None) -> None:
-    if value is not None and value.utcoffset() is None:
+    """A date-time with an offset that stays within years 1..9999 once converted to UTC (what
+    Python and the database driver compute in); PostgreSQL's own range is wider."""
+    if value is None:
+        return
+    if value.utcoffset() is None:
         raise InvalidInput(f"{field} needs a UTC offset", field=field)
+    try:
+        value.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidInput(f"{field} is outside years 1..9999 once converted to UTC", field=field) from exc
+
+
+# A JSON text's escape of U+0000: `\u0000` not itself escaped, that is preceded by an even
+# number of backslashes (an escaped backslash followed by `u0000` is the literal text).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def check_json_value(field: str, value: Any, max_bytes: int) -> str:
-    """A JSON value to store: serialisable, at most `max_bytes` serialised, no NUL anywhere."""
+    """A JSON value to store: serialisable, at most `max_bytes` serialised, no NUL, no lone
+    surrogate, no NaN or Infinity anywhere."""
     try:
         serialized = compact_json(value)
     except TypeError as exc:
-        raise InvalidInput(f"{field} is not valid JSON", field=field) from exc
+        raise InvalidInput(_unserializable(field, str(exc)), field=field) from exc
     if len(serialized.encode()) > max_bytes:
         raise InvalidInput(f"{field} must be at most {max_bytes} bytes serialized", field=field)
     # PostgreSQL jsonb cannot hold U+0000, and it is never meaningful text.
-    if "\\u0000" in serialized or "\x00" in serialized:
+    if "\\u0000" in serialized and _NUL_ESCAPE.search(serialized):
         raise InvalidInput(f"{field} must not contain NUL characters", field=field)
+    # The serializer writes NaN and Infinity as null: look for them only where a null is.
+    if "null" in serialized and _has_non_finite(value):
+        raise InvalidInput(f"{field} must not contain NaN or Infinity (not JSON numbers)", field=field)
     return serialized
+
+
+def _unserializable(field: str, reason: str) -> str:
+    if "surrogates" in reason:
+        return f"{field} must be valid Unicode text (a string or key holds a lone surrogate)"
+    if "64-bit" in reason:
+        return f"{field} holds an integer outside the 64-bit range"
+    if "recursion" in reason:
+        return f"{field} nests too deeply"
+    return f"{field} is not valid JSON"
+
+
+def _has_non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
+
+
+def check_json_depth(value: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """True when `value`'s arrays and objects nest at most `max_depth` deep (walked without
+    recursion, so that no depth can exhaust the stack)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth >= max_depth:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
 
 
 def check_budget(budget: int | None, maximum: int) -> int:
@@ -120,8 +192,8 @@ def check_budget(budget: int | None, maximum: int) -> int:
 
 
 def clean_query(query: str) -> str:
-    """A context query: NUL stripped, non-blank, at most 4,000 characters."""
-    query = query.replace("\x00", "")
+    """A context query: NUL stripped, valid Unicode text, non-blank, at most 4,000 characters."""
+    query = check_unicode("query", query.replace("\x00", ""))
     if not query.strip():
         raise InvalidInput("query must not be blank", field="query")
     if len(query) > MAX_QUERY_CHARS:
