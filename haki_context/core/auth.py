@@ -26,12 +26,15 @@ class Authenticator:
         self._cache: dict[bytes, tuple[float, str | None]] = {}
 
     async def project_for(self, authorization: str | None) -> str:
-        """The caller's project; raises Unauthenticated without a valid key outside dev mode."""
-        token = _bearer(authorization)
-        if token is None:
+        """The caller's project; raises Unauthenticated without a valid key outside dev mode.
+
+        Only a missing header means "no key": a header that is there but not `Bearer <key>`
+        is refused in every mode, so a client's broken header never writes as `default`."""
+        if authorization is None:
             if self._dev_mode:
                 return DEV_PROJECT
             raise Unauthenticated("an API key is required: send `Authorization: Bearer <key>`")
+        token = _bearer(authorization)
         digest = hash_key(token)
         now = time.monotonic()
         hit = self._cache.get(digest)
@@ -47,10 +50,24 @@ class Authenticator:
         return project
 
 
-def _bearer(header: str | None) -> str | None:
-    if not header:
-        return None
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
+# Longest key accepted: a generated key is far shorter, so anything longer is refused unhashed.
+MAX_KEY_CHARS = 256
+
+
+def authorization_of(values: list[str]) -> str | None:
+    """The one Authorization header of a request, None when there is none; several are refused
+    (which one a proxy or the server reads would differ)."""
+    if len(values) > 1:
+        raise Unauthenticated("send one Authorization header, not several")
+    return values[0] if values else None
+
+
+def _bearer(header: str) -> str:
+    """The key of `Bearer <key>`: one scheme word, one key word, nothing else."""
+    parts = header.split()
+    if len(parts) != 2 or parts[0].lower() != "bearer":
+        raise Unauthenticated("the Authorization header must be `Bearer <key>`")
+    token = parts[1]
+    if len(token) > MAX_KEY_CHARS or not token.isprintable() or not token.isascii():
+        raise Unauthenticated("the API key is not valid (unknown or revoked)")
+    return token
