@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,9 +23,10 @@ from strawberry.types import ExecutionResult
 
 from .core.admission import RETRY_AFTER_S
 from .core.assembler import warm_connections
-from .core.auth import Authenticator
+from .core.auth import Authenticator, authorization_of
 from .core.embedder import Embedder, encoder_for
-from .core.errors import HakiError, PayloadTooLarge, Unavailable
+from .core.errors import BadRequest, HakiError, PayloadTooLarge, Unavailable
+from .core.limits import MAX_JSON_DEPTH, check_json_depth
 from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
 from .core.supervisor import Supervisor
@@ -99,7 +101,8 @@ def error_response(exc: HakiError) -> JSONResponse:
 
 
 class GraphQLEndpoint:
-    """Guards the GraphQL view: request body limit and API-key authentication."""
+    """Guards the GraphQL view: the API key (from the headers, before the body is read), then the
+    request body (its size while it is read, its content type, its JSON shape and nesting)."""
 
     def __init__(self, view: HakiGraphQL, settings: Settings) -> None:
         self._view = view
@@ -112,9 +115,14 @@ class GraphQLEndpoint:
             await self._view(scope, receive, send)
             return
         try:
-            body = await self._read_body(request)
+            # Who is calling comes from the headers alone: a request without a valid key is
+            # answered before a byte of its body is read.
             authenticator: Authenticator = request.app.state.authenticator
-            scope["haki_project_id"] = await authenticator.project_for(request.headers.get("authorization"))
+            authorization = authorization_of(request.headers.getlist("authorization"))
+            scope["haki_project_id"] = await authenticator.project_for(authorization)
+            _check_content_type(request.headers.get("content-type"))
+            body = await self._read_body(request)
+            _check_graphql_body(body)
         except Exception as exc:  # every failure here gets a coded answer
             domain = exc if isinstance(exc, HakiError) else domain_error(exc)
             if domain is None:
@@ -126,15 +134,62 @@ class GraphQLEndpoint:
     async def _read_body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max_body:
-            raise PayloadTooLarge(f"the request body is over {self._max_body} bytes")
+            raise self._too_large()
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > self._max_body:
-                raise PayloadTooLarge(f"the request body is over {self._max_body} bytes")
+            if size > self._max_body:  # a body that never declared its length stops here
+                raise self._too_large()
             chunks.append(chunk)
         return b"".join(chunks)
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"the request body is over {self._max_body} bytes (HAKI_MAX_BODY_BYTES); send a large batch in parts"
+        )
+
+
+def _check_content_type(header: str | None) -> None:
+    mime = (header or "").split(";", 1)[0].strip().lower()
+    if mime != "application/json":
+        raise BadRequest("the request body must be JSON, sent as `Content-Type: application/json`")
+
+
+def _check_graphql_body(body: bytes) -> None:
+    """Refuse a body that is no GraphQL request, so that Strawberry, which parses the same bytes
+    next, only ever sees a JSON object of the right shape and a nesting it can walk."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = _lenient_json(body)
+    if not isinstance(data, dict):
+        raise BadRequest("the request body must be a JSON object with a `query` string")
+    if not isinstance(data.get("query"), str):
+        raise BadRequest("`query` must be a string holding the GraphQL operation", field="query")
+    for name, kind, label in (("variables", dict, "an object"), ("operationName", str, "a string")):
+        if data.get(name) is not None and not isinstance(data[name], kind):
+            raise BadRequest(f"`{name}` must be {label} or null", field=name)
+    if data.get("extensions") is not None and not isinstance(data["extensions"], dict):
+        raise BadRequest("`extensions` must be an object or null", field="extensions")
+    if not check_json_depth(data, MAX_JSON_DEPTH):
+        raise BadRequest(f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _lenient_json(body: bytes) -> Any:
+    """What the strict parser refused, read as Strawberry reads it: JSON that also admits NaN,
+    Infinity and unpaired surrogate escapes, whose values the field checks then refuse by name.
+    Bytes that are not UTF-8 and nesting past the stack are refused here."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("the request body is not valid UTF-8") from exc
+    try:
+        return json.loads(text)
+    except RecursionError as exc:
+        raise BadRequest(f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels") from exc
+    except ValueError as exc:
+        raise BadRequest("the request body is not valid JSON") from exc
 
 
 def _replay(body: bytes) -> Receive:
