@@ -37,6 +37,7 @@ from .startup_errors import (
     StartupError,
     bind_port,
     check_database,
+    check_dev_mode_bind,
     check_writable_dir,
     database_target,
     error_line,
@@ -98,6 +99,11 @@ def quiet_third_parties() -> None:
 def preflight(settings: Settings, *, embedder: bool = False, builds_model: bool = False) -> None:
     """The checks that need no database: the URL parses (or the data directory is usable), and
     the model cache can be a directory (and written, for a build)."""
+    check_dev_mode_bind(
+        settings.host,
+        dev_mode=settings.effective_dev_mode,
+        on_any_interface=settings.dev_mode_on_any_interface,
+    )
     if settings.database_url:
         database_target(settings.database_url)
     else:
@@ -144,6 +150,8 @@ def cmd_serve(settings: Settings) -> int:
     stop = _StopRequest()
     originals = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     sock = bind_port(settings.host, settings.port)
+    if settings.effective_dev_mode:
+        log.warning("development mode: requests without a key use project `default` (HAKI_DEV_MODE=0 requires keys)")
     try:
         # The event loop uvicorn itself would run (uvloop where installed): the server's hot
         # path is measured on it (docs/performance.md).

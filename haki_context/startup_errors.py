@@ -211,3 +211,29 @@ def bind_port(host: str, port: int) -> socket.socket:
         raise StartupError(f"cannot listen on {host}:{port}: {_os_reason(exc)}", HOST) from exc
     sock.set_inheritable(True)
     return sock
+
+
+DEV_MODE = "HAKI_DEV_MODE or HAKI_DEV_MODE_ON_ANY_INTERFACE"
+
+
+def check_dev_mode_bind(host: str, *, dev_mode: bool, on_any_interface: bool) -> None:
+    """Keyless development mode only on a loopback bind, unless explicitly allowed: elsewhere
+    anyone who reaches the port would read and write project `default` without a key."""
+    if not dev_mode or on_any_interface or _is_loopback_host(host):
+        return
+    raise StartupError(
+        f"keyless development mode on {host}, which is not a loopback address, would let anyone who "
+        "reaches the port use project `default`; turn it off and use keys, or allow it",
+        DEV_MODE,
+    )
+
+
+def _is_loopback_host(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
