@@ -193,7 +193,15 @@ async def test_a_lone_surrogate_in_a_reason_is_invalid_input(http: httpx.AsyncCl
 # --- R5: dates outside the representable range once in UTC
 
 
-@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+@pytest.mark.parametrize(
+    "when",
+    [
+        "0001-01-01T00:00:00+14:00",
+        "9999-12-31T23:59:59-14:00",
+        "0001-01-01T00:00:00+00:00",  # the driver would store it as -infinity
+        "9999-12-31T23:59:59.999999Z",  # and this as infinity
+    ],
+)
 @pytest.mark.parametrize(
     ("query", "make", "field"),
     [
@@ -215,10 +223,17 @@ async def test_a_date_outside_the_range_in_utc_is_invalid_input(
 
 async def test_the_extreme_dates_that_fit_are_accepted(http: httpx.AsyncClient) -> None:
     subject = f"dates-{uuid.uuid4().hex[:8]}"
-    for when in ("0001-01-01T00:00:00+00:00", "9999-12-31T23:59:59+00:00", "0001-01-01T10:00:00+09:00"):
+    for when in ("0001-01-01T00:00:01+00:00", "9999-12-31T23:59:59+00:00", "0001-01-01T10:00:00+09:00"):
         variables = {"input": {"subjectId": subject, "kind": "k", "payload": {}, "occurredAt": when}}
         response = await http.post("/graphql", json={"query": RECORD, "variables": variables})
         assert not response.json().get("errors"), response.text[:300]
+    query = "query($s: String!) { events(subjectId: $s) { edges { node { occurredAt } } } }"
+    found = await http.post("/graphql", json={"query": query, "variables": {"s": subject}})
+    assert sorted(e["node"]["occurredAt"] for e in found.json()["data"]["events"]["edges"]) == [
+        "0001-01-01T00:00:01+00:00",
+        "0001-01-01T01:00:00+00:00",
+        "9999-12-31T23:59:59+00:00",
+    ]
 
 
 # --- R6: the literal text `\u0000` is stored as written; a real NUL stays refused

@@ -107,15 +107,19 @@ def check_validity(valid_from: datetime | None, valid_to: datetime | None) -> No
 
 def check_aware(field: str, value: datetime | None) -> None:
     """A date-time with an offset that stays within years 1..9999 once converted to UTC (what
-    Python and the database driver compute in); PostgreSQL's own range is wider."""
+    Python and the database driver compute in); PostgreSQL's own range is wider. The driver
+    stores the very first and very last instants as -infinity and infinity, which read back
+    without an offset, so those two are refused too."""
     if value is None:
         return
     if value.utcoffset() is None:
         raise InvalidInput(f"{field} needs a UTC offset", field=field)
     try:
-        value.astimezone(UTC)
-    except OverflowError as exc:
-        raise InvalidInput(f"{field} is outside years 1..9999 once converted to UTC", field=field) from exc
+        utc = value.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:
+        utc = datetime.min
+    if utc in (datetime.min, datetime.max):
+        raise InvalidInput(f"{field} must be within years 1..9999 once converted to UTC", field=field)
 
 
 # A JSON text's escape of U+0000: `\u0000` not itself escaped, that is preceded by an even
