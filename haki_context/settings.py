@@ -120,11 +120,11 @@ class Settings(BaseSettings):
     """PostgreSQL statement timeout of the server's connections."""
     max_body_bytes: int = 64 * 1024 * 1024
     """Largest request body accepted; a body is refused at its first byte past it."""
-    max_concurrent_context: int = 4
+    max_concurrent_context: int = 2
     """`context` calls assembled at once per process; more wait in the admission queue."""
-    admission_queue: int = 32
+    admission_queue: int = 8
     """`context` calls that may wait for a slot; past it a call is refused at once (UNAVAILABLE, 503)."""
-    admission_wait_s: float = 2.0
+    admission_wait_s: float = 0.5
     """Longest a `context` call waits for a slot before it is refused (UNAVAILABLE, 503)."""
     shutdown_grace_s: float = 10.0
     """Seconds a stopping server gives in-flight calls before it ends them."""

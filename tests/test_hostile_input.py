@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import client_for, make_settings, new_project_key
+from conftest import GraphQLClient, client_for, make_settings, new_project_key
 from test_cli_errors import assert_one_error_line, run_cli
 
 from haki_context.app import create_app
@@ -453,3 +453,14 @@ def test_the_dev_mode_bind_check() -> None:
         check_dev_mode_bind(host, dev_mode=True, on_any_interface=True)
         with pytest.raises(StartupError):
             check_dev_mode_bind(host, dev_mode=True, on_any_interface=False)
+
+
+async def test_a_forged_cursor_with_a_date_out_of_range_is_invalid_input(client: GraphQLClient, subject: str) -> None:
+    import base64
+
+    forged = base64.urlsafe_b64encode(b"0001-01-01T00:00:00+14:00|" + str(uuid.uuid4()).encode()).decode()
+    error = await client.error(
+        "query($s: String!, $a: String) { events(subjectId: $s, after: $a) { edges { cursor } } }",
+        {"s": subject, "a": forged},
+    )
+    assert error["extensions"]["code"] == "INVALID_INPUT"

@@ -88,7 +88,6 @@ def test_kill_9_of_postgres_without_durable_traces_loses_no_write(
     assert result["lost_traces"] <= result["acknowledged"]["traces"]
 
 
-@pytest.mark.xfail(reason="needs the server's supervisor of the embedded database (a restart after kill -9)")
 @pytest.mark.parametrize("durable", [True, False])
 def test_kill_9_of_postgres_is_recovered_by_the_server(
     faults: dict[tuple[str, bool], dict[str, Any]], durable: bool

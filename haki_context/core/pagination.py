@@ -6,7 +6,7 @@ import base64
 from datetime import datetime
 
 from .errors import InvalidInput
-from .limits import try_parse_id
+from .limits import check_aware, try_parse_id
 
 
 def encode_cursor(at: datetime, item_id: str) -> str:
@@ -25,6 +25,7 @@ def decode_cursor(cursor: str | None) -> tuple[datetime, str] | None:
         parsed = try_parse_id(item_id)
         if parsed is None or at.utcoffset() is None:
             raise ValueError(item_id)
+        check_aware("after", at)  # a forged cursor's date must fit where a real one does
         return at, parsed
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidInput("after is not a valid cursor", field="after") from exc
