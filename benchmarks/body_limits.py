@@ -31,6 +31,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from haki_context.settings import Settings
+
 CLI = str(Path(sys.executable).with_name("haki-context"))
 CHUNK = 1024 * 1024
 MIB = 1024 * 1024
@@ -165,7 +167,7 @@ def main() -> int:
             [CLI, "keys", "create", "--project", "bench"], env=env, capture_output=True, text=True, check=True
         )
         key = created.stdout.strip().splitlines()[-1]
-        limit = 64 * MIB  # HAKI_MAX_BODY_BYTES's default, which this server runs with
+        limit = Settings().max_body_bytes  # the default, which this server runs with
         for label, size, authorization in (
             (f"{args.clients} unauthenticated chunked POSTs of {args.mib} MiB", args.mib * MIB, None),
             (f"{args.clients} authenticated chunked POSTs over the limit", limit + 4 * MIB, f"Bearer {key}"),

@@ -118,8 +118,8 @@ class Settings(BaseSettings):
     """Seconds an idle pooled connection lives; 0 keeps it (a new one must plan its statements again)."""
     statement_timeout_ms: int = 10_000
     """PostgreSQL statement timeout of the server's connections."""
-    max_body_bytes: int = 64 * 1024 * 1024
-    """Largest request body accepted; a body is refused at its first byte past it."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest request body accepted; a body is refused at its first byte past it. A request in flight may hold this much memory while it is read."""
     max_concurrent_context: int = 2
     """`context` calls assembled at once per process; more wait in the admission queue."""
     admission_queue: int = 8
