@@ -54,7 +54,8 @@ class EmbeddedPostgres:
     adopted: bool = False
     socket_dir: Path | None = None
     _closed: bool = field(default=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one restart at a time
+    _flag_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # the first close() only
 
     @property
     def owned(self) -> bool:
@@ -64,8 +65,9 @@ class EmbeddedPostgres:
     def close(self) -> None:
         """Stop the server if this process owns it; only the first call does anything.
 
-        A restart under way is waited for, so that it cannot start the server again behind the stop."""
-        with self._lock:
+        A restart under way is not waited for (a crash recovery may take long): the stop ends
+        a server that is starting, and a restart that finishes after it stops what it started."""
+        with self._flag_lock:
             if self._closed:
                 return
             self._closed = True
@@ -100,6 +102,8 @@ class EmbeddedPostgres:
                 args += ["-o", f"-k {self.socket_dir}"]
             args += ["-l", str(self.pgdata / "log"), "start"]
             pg_ctl(args, pgdata=self.pgdata, user=self._server.system_user, timeout=START_TIMEOUT_S + 10)
+            if self._closed:  # the process began to stop meanwhile: leave nothing running behind it
+                stop(self.pgdata, self._server.system_user)
 
 
 def postmaster_pid(pgdata: Path) -> int | None:
