@@ -264,10 +264,11 @@ class Settings(BaseSettings):
         """Local development mode: requests without a key use project `default`."""
         if self.dev_mode is not None:
             return self.dev_mode
-        return self.embedded and _is_loopback(self.host)
+        return self.embedded and is_loopback(self.host)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1)."""
     if host == "localhost":
         return True
     try:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from .settings import is_loopback
+
 PREFIX = "haki-context: error: "
 
 DATABASE_URL = "HAKI_DATABASE_URL"
@@ -219,21 +221,10 @@ DEV_MODE = "HAKI_DEV_MODE or HAKI_DEV_MODE_ON_ANY_INTERFACE"
 def check_dev_mode_bind(host: str, *, dev_mode: bool, on_any_interface: bool) -> None:
     """Keyless development mode only on a loopback bind, unless explicitly allowed: elsewhere
     anyone who reaches the port would read and write project `default` without a key."""
-    if not dev_mode or on_any_interface or _is_loopback_host(host):
+    if not dev_mode or on_any_interface or is_loopback(host):
         return
     raise StartupError(
         f"keyless development mode on {host}, which is not a loopback address, would let anyone who "
         "reaches the port use project `default`; turn it off and use keys, or allow it",
         DEV_MODE,
     )
-
-
-def _is_loopback_host(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
