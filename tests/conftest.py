@@ -242,3 +242,19 @@ async def logged(runtime: Runtime, migrated: str) -> AsyncIterator[tuple[GraphQL
     yield client, log
     await client.http.aclose()
     await pool.close()
+
+
+@pytest.fixture(scope="module")
+async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    """A raw HTTP client of the app in development mode (no key needed), for hand-made bodies."""
+    client = client_for(runtime)
+    yield client.http
+    await client.http.aclose()
+
+
+@pytest.fixture(scope="module")
+async def keyed_http(runtime: Runtime, migrated: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A raw HTTP client of the app outside development mode: every request needs a key."""
+    client = client_for(runtime, make_settings(migrated, dev_mode=False))
+    yield client.http
+    await client.http.aclose()

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
-from conftest import client_for, make_settings
-
-from haki_context.core.runtime import Runtime
 
 # Statuses a malformed request may answer: a bad request, an unsupported media type, too large.
 BAD_REQUEST = frozenset({400, 413, 415, 422})
@@ -181,20 +177,6 @@ def check(response: httpx.Response, statuses: frozenset[int], codes: frozenset[s
     assert "INTERNAL" not in found, text[:300]
     if codes is not None:
         assert found[0] in codes, f"{found[0]} not in {sorted(codes)}: {text[:300]}"
-
-
-@pytest.fixture(scope="module")
-async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    client = client_for(runtime)
-    yield client.http
-    await client.http.aclose()
-
-
-@pytest.fixture(scope="module")
-async def keyed_http(runtime: Runtime, migrated: str) -> AsyncIterator[httpx.AsyncClient]:
-    client = client_for(runtime, make_settings(migrated, dev_mode=False))
-    yield client.http
-    await client.http.aclose()
 
 
 @pytest.mark.parametrize("name", rows())

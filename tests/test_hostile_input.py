@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from conftest import GraphQLClient, client_for, make_settings, new_project_key
+from conftest import GraphQLClient, make_settings, new_project_key
 from test_cli_errors import assert_one_error_line, run_cli
 
 from haki_context.app import create_app
@@ -62,20 +61,6 @@ def assert_invalid(response: httpx.Response, field: str) -> dict[str, Any]:
     assert error["extensions"]["code"] == "INVALID_INPUT", body
     assert error["extensions"].get("field") == field, body
     return error
-
-
-@pytest.fixture(scope="module")
-async def http(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
-    client = client_for(runtime)
-    yield client.http
-    await client.http.aclose()
-
-
-@pytest.fixture(scope="module")
-async def keyed_http(runtime: Runtime, migrated: str) -> AsyncIterator[httpx.AsyncClient]:
-    client = client_for(runtime, make_settings(migrated, dev_mode=False))
-    yield client.http
-    await client.http.aclose()
 
 
 async def events_of(http: httpx.AsyncClient, subject: str) -> list[Any]:
