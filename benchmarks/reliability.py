@@ -385,6 +385,7 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
             await asyncio.sleep(0.05)
         if recovered is None:
             result["recovery"] = f"not recovered within {limit - fault_at:.0f} s"
+            result["server_log"] = server.log_tail(40)
             # Bring the database back by hand, so that what survived can still be counted.
             if server.postmaster_pid() is None:
                 result["started_by_harness"] = server.pg_start()[-200:]
