@@ -66,7 +66,8 @@ class HakiGraphQL(GraphQL):
         super().__init__(schema, graphql_ide="graphiql" if graphiql else None, allow_queries_via_get=False)
 
     async def get_context(self, request: Any, response: Any) -> Any:
-        return build_context(request.app.state.runtime, request.scope["haki_project_id"])
+        caller = request.scope["haki_caller"]  # None only on a GET, which executes nothing
+        return None if caller is None else build_context(request.app.state.runtime, caller)
 
     async def process_result(self, request: Any, result: ExecutionResult) -> Any:
         data: dict[str, Any] = {"data": result.data}
@@ -111,7 +112,7 @@ class GraphQLEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         if request.method != "POST":
-            scope["haki_project_id"] = None
+            scope["haki_project_id"] = scope["haki_caller"] = None
             await self._view(scope, receive, send)
             return
         try:
@@ -119,7 +120,8 @@ class GraphQLEndpoint:
             # answered before a byte of its body is read.
             authenticator: Authenticator = request.app.state.authenticator
             authorization = authorization_of(request.headers.getlist("authorization"))
-            scope["haki_project_id"] = await authenticator.project_for(authorization)
+            caller = await authenticator.caller_for(authorization)
+            scope["haki_caller"], scope["haki_project_id"] = caller, caller.project_id
             _check_content_type(request.headers.get("content-type"))
             body = await self._read_body(request)
             _check_graphql_body(body)

@@ -36,6 +36,8 @@ async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason
         present = [
             f for f in facts_or_none(await db_facts.get_facts(conn, project_id, ids, for_update=True)) if f is not None
         ]
+        if len(present) != len(ids):  # the subject was forgotten meanwhile
+            raise NotFound(f"no fact {', '.join(sorted(set(ids) - {f.id for f in present})[:5])}", field="factIds")
         if any(f.status is not FactStatus.ACTIVE for f in present):
             raise InvalidInput("every fact of a conflict set must be ACTIVE", field="factIds")
         if any(f.open_conflict_id for f in present):
@@ -81,7 +83,8 @@ async def _lock_open(conn: asyncpg.Connection, project_id: str, conflict_id: str
         raise NotFound(f"no conflict set {conflict_id}", field="id")
     await db_facts.lock_subject(conn, project_id, seen.subject_id)
     conflict = conflict_or_none(await db_conflicts.lock(conn, project_id, conflict_id))
-    assert conflict is not None  # conflict sets are never deleted
+    if conflict is None:  # its subject was forgotten meanwhile
+        raise NotFound(f"no conflict set {conflict_id}", field="id")
     if conflict.status is not ConflictStatus.OPEN:
         raise IllegalTransition(f"the conflict set is {conflict.status.value}, not OPEN", field="id")
     return conflict

@@ -7,6 +7,7 @@
     ├── NotFound              NOT_FOUND            a write naming an unknown id (or another project's)
     ├── IllegalTransition     ILLEGAL_TRANSITION   a fact/conflict transition the table does not allow
     ├── Unauthenticated       UNAUTHENTICATED      no key or a bad key, outside development mode
+    ├── Forbidden             FORBIDDEN            the key lacks the scope (read, write, erase) asked for
     ├── QueryTooComplex       QUERY_TOO_COMPLEX    depth, aliases, tokens or context fields over limits
     ├── PayloadTooLarge       PAYLOAD_TOO_LARGE    request body over HAKI_MAX_BODY_BYTES
     ├── Timeout               TIMEOUT              a statement over HAKI_STATEMENT_TIMEOUT_MS
@@ -72,6 +73,16 @@ class Unauthenticated(HakiError):
 
     code = "UNAUTHENTICATED"
     http_status = 401
+
+
+class Forbidden(HakiError):
+    """The caller's key lacks the scope the operation needs (read, write or erase).
+
+    Inside GraphQL it is the failing field's error (HTTP 200, the other fields answer); a
+    request refused whole before execution (GET /export) is answered 403."""
+
+    code = "FORBIDDEN"
+    http_status = 403
 
 
 class QueryTooComplex(HakiError):

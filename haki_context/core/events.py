@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..db import events as db_events
+from ..db import subject_locks
 from .errors import InvalidInput
 from .limits import (
     MAX_BATCH,
@@ -51,6 +52,7 @@ async def _write(
     pending = asyncio.ensure_future(rt.embedder.embed_many([c.text for c in parts[0]]))
     try:
         async with rt.pool.acquire() as conn, conn.transaction():
+            await subject_locks.share(conn, project_id, [e.subject_id for e in events])  # see forgetSubject
             await db_events.insert_events(conn, project_id, events)
             for k, part in enumerate(parts):
                 vectors = await pending

@@ -70,8 +70,9 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
     embedding = (await rt.embedder.embed_many([text]))[0]
 
     async with rt.pool.acquire() as conn, conn.transaction():
-        await _check_sources(conn, project_id, item.subject_id, source_ids)
+        # The lock first: the sources checked are then those a forget of the subject cannot remove.
         await db_facts.lock_subject(conn, project_id, item.subject_id)
+        await _check_sources(conn, project_id, item.subject_id, source_ids)
         now = datetime.now(UTC)
         active = [
             (fact_from_row(row), h)
@@ -169,7 +170,8 @@ async def retract_fact(rt: Runtime, project_id: str, raw_id: str, reason: str | 
             raise NotFound(f"no fact {fact_id}", field="id")
         await db_facts.lock_subject(conn, project_id, seen.subject_id)  # before any row lock
         (fact,) = facts_or_none(await db_facts.get_facts(conn, project_id, [fact_id], for_update=True))
-        assert fact is not None  # facts are never deleted
+        if fact is None:  # its subject was forgotten meanwhile
+            raise NotFound(f"no fact {fact_id}", field="id")
         if fact.status is FactStatus.RETRACTED:
             raise IllegalTransition("the fact is already RETRACTED", field="id")
         if fact.open_conflict_id is not None:

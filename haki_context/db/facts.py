@@ -10,6 +10,7 @@ import asyncpg
 import numpy as np
 
 from .columns import FACT_COLUMNS
+from .subject_locks import ERASE_LOCK_KEY
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,13 @@ async def lock_subject(conn: asyncpg.Connection, project_id: str, subject_id: st
     predicates, and closing it touches all of them, so two writes on different
     predicates (or a write and resolveConflict) could take the same rows in
     opposite orders and deadlock. Every such write takes this one lock first,
-    before any row lock, so they queue instead.
+    before any row lock, so they queue instead. The subject's erase lock is shared first, in the
+    same round trip (db/subject_locks.py): a forget of the subject waits for the write, or the
+    write for the forget.
     """
     await conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 0))",
+        f"SELECT pg_advisory_xact_lock_shared({ERASE_LOCK_KEY}),"
+        " pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 0))",
         project_id,
         subject_id,
     )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import cast
 
 import asyncpg
+
+# What a key created without naming its scopes may do (the column's default, migration 0011).
+DEFAULT_SCOPES = ("read", "write")
 
 
 @dataclass(frozen=True)
@@ -17,6 +21,16 @@ class KeyRecord:
     name: str | None
     created_at: datetime
     revoked_at: datetime | None
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+
+
+@dataclass(frozen=True)
+class KeyGrant:
+    """What a live key gives its holder: a project, and what it may do there."""
+
+    project_id: str
+    key_id: str
+    scopes: tuple[str, ...]
 
 
 async def ensure_project(conn: asyncpg.Connection, project_id: str) -> None:
@@ -24,28 +38,44 @@ async def ensure_project(conn: asyncpg.Connection, project_id: str) -> None:
 
 
 async def insert_key(
-    conn: asyncpg.Connection, project_id: str, key_id: str, key_hash: bytes, prefix: str, name: str | None
+    conn: asyncpg.Connection,
+    project_id: str,
+    key_id: str,
+    key_hash: bytes,
+    prefix: str,
+    name: str | None,
+    scopes: Sequence[str] = DEFAULT_SCOPES,
 ) -> None:
     async with conn.transaction():
         await ensure_project(conn, project_id)
         await conn.execute(
-            "INSERT INTO api_keys (project_id, key_id, key_hash, prefix, name) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO api_keys (project_id, key_id, key_hash, prefix, name, scopes)"
+            " VALUES ($1, $2, $3, $4, $5, $6::text[])",
             project_id,
             key_id,
             key_hash,
             prefix,
             name,
+            list(scopes),
         )
 
 
 async def list_keys(conn: asyncpg.Connection, project_id: str | None) -> list[KeyRecord]:
     rows = await conn.fetch(
-        "SELECT project_id, key_id, prefix, name, created_at, revoked_at FROM api_keys"
+        "SELECT project_id, key_id, prefix, name, created_at, revoked_at, scopes FROM api_keys"
         " WHERE $1::text IS NULL OR project_id = $1 ORDER BY project_id, created_at, key_id",
         project_id,
     )
     return [
-        KeyRecord(r["project_id"], str(r["key_id"]), r["prefix"], r["name"], r["created_at"], r["revoked_at"])
+        KeyRecord(
+            r["project_id"],
+            str(r["key_id"]),
+            r["prefix"],
+            r["name"],
+            r["created_at"],
+            r["revoked_at"],
+            tuple(r["scopes"]),
+        )
         for r in rows
     ]
 
@@ -59,8 +89,11 @@ async def revoke_key(conn: asyncpg.Connection, key_id: str) -> bool:
     return cast(str, result) != "UPDATE 0"
 
 
-async def project_for_hash(conn: asyncpg.Connection | asyncpg.Pool, key_hash: bytes) -> str | None:
-    project_id = await conn.fetchval(
-        "SELECT project_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash
+async def grant_for_hash(conn: asyncpg.Connection | asyncpg.Pool, key_hash: bytes) -> KeyGrant | None:
+    """The project, id and scopes of the live key with this hash; None when unknown or revoked."""
+    row = await conn.fetchrow(
+        "SELECT project_id, key_id, scopes FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", key_hash
     )
-    return cast(str | None, project_id)
+    if row is None:
+        return None
+    return KeyGrant(row["project_id"], str(row["key_id"]), tuple(row["scopes"]))

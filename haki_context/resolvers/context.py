@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from ..core.auth import Caller, Scope
 from ..core.runtime import Runtime
 from .loaders import Loaders, build_loaders
 
@@ -19,14 +20,23 @@ class TraceWrite:
 
 @dataclass(frozen=True)
 class RequestContext:
-    """What every resolver sees: the runtime, the caller's project and fresh DataLoaders."""
+    """What every resolver sees: the runtime, the caller (project, key, scopes) and fresh DataLoaders."""
 
     rt: Runtime
-    project_id: str
+    caller: Caller
     loaders: Loaders
     # By trace id: writes the response waits for (schema.writes.AwaitTraceWrites).
     trace_writes: dict[str, TraceWrite] = field(default_factory=dict)
 
+    @property
+    def project_id(self) -> str:
+        """The caller's project: every read and write of the request stays in it."""
+        return self.caller.project_id
 
-def build_context(rt: Runtime, project_id: str) -> RequestContext:
-    return RequestContext(rt=rt, project_id=project_id, loaders=build_loaders(rt, project_id))
+    def require(self, scope: Scope) -> None:
+        """Raise FORBIDDEN unless the caller's key holds `scope`."""
+        self.caller.require(scope)
+
+
+def build_context(rt: Runtime, caller: Caller) -> RequestContext:
+    return RequestContext(rt=rt, caller=caller, loaders=build_loaders(rt, caller.project_id))

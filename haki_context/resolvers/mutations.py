@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core import conflicts, events, facts
+from ..core import conflicts, erasure, events, facts
 from ..core.models import AssertMode, ConflictSet, Event, Fact, FactAssertion, Volatility
 from .context import RequestContext
 
@@ -54,3 +54,7 @@ async def resolve_conflict(ctx: RequestContext, id: str, keep_fact_id: str) -> C
 
 async def dismiss_conflict(ctx: RequestContext, id: str) -> ConflictSet:
     return await conflicts.dismiss_conflict(ctx.rt, ctx.project_id, id)
+
+
+async def forget_subject(ctx: RequestContext, subject_id: str) -> erasure.ForgetCounts:
+    return await erasure.forget_subject(ctx.rt.pool, ctx.caller, subject_id)

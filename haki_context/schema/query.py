@@ -1,4 +1,5 @@
-"""The Query root."""
+"""The Query root. Every field starts by asking for the READ scope (a key without it gets
+FORBIDDEN); `context` needs no more, though it writes its own trace."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import datetime
 
 import strawberry
 
+from ..core.auth import Scope
 from ..core.limits import DEFAULT_BUDGET
 from ..resolvers import context_query, queries
 from .enums import ConflictStatus, FactStatus
@@ -20,12 +22,14 @@ class Query:
     async def context(
         self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = DEFAULT_BUDGET
     ) -> ContextPacket:
+        info.context.require(Scope.READ)
         return await context_query.context(info.context, subject_id, query, budget, tuple(info.path.as_list()))
 
     @strawberry.field(
         description="A persisted trace of an earlier context call, by id; null when unknown or outside the caller's project."
     )
     async def trace(self, info: strawberry.Info, id: strawberry.ID) -> ContextTrace | None:
+        info.context.require(Scope.READ)
         return await context_query.trace(info.context, id)
 
     @strawberry.field(
@@ -39,10 +43,12 @@ class Query:
         first: int | None = 20,
         after: str | None = None,
     ) -> Connection[ContextTrace]:
+        info.context.require(Scope.READ)
         return to_connection(await context_query.traces_page(info.context, subject_id, since, first, after))
 
     @strawberry.field(description="A fact by id; null when unknown, malformed or outside the caller's project.")
     async def fact(self, info: strawberry.Info, id: strawberry.ID) -> FactType | None:
+        info.context.require(Scope.READ)
         return await queries.fact(info.context, id)
 
     @strawberry.field(description="Facts of a subject, newest recorded first. `first` is 1..100.")
@@ -54,16 +60,19 @@ class Query:
         first: int | None = 50,
         after: str | None = None,
     ) -> Connection[FactType]:
+        info.context.require(Scope.READ)
         return to_connection(await queries.facts(info.context, subject_id, status, first, after))
 
     @strawberry.field(description="An event by id; null when unknown, malformed or outside the caller's project.")
     async def event(self, info: strawberry.Info, id: strawberry.ID) -> EventType | None:
+        info.context.require(Scope.READ)
         return await queries.event(info.context, id)
 
     @strawberry.field(description="Events of a subject, latest occurrence first. `first` is 1..100.")
     async def events(
         self, info: strawberry.Info, subject_id: str, first: int | None = 50, after: str | None = None
     ) -> Connection[EventType]:
+        info.context.require(Scope.READ)
         return to_connection(await queries.events(info.context, subject_id, first, after))
 
     @strawberry.field(description="Conflict sets, newest first, optionally of one subject and one status.")
@@ -75,8 +84,10 @@ class Query:
         first: int | None = 50,
         after: str | None = None,
     ) -> Connection[ConflictSetType]:
+        info.context.require(Scope.READ)
         return to_connection(await queries.conflicts(info.context, subject_id, status, first, after))
 
     @strawberry.field(description="Usage overview of the caller's project over a window (default: all time).")
     async def stats(self, info: strawberry.Info, since: datetime | None = None) -> StatsOverview:
+        info.context.require(Scope.READ)
         return await context_query.stats(info.context, since)
