@@ -135,7 +135,10 @@ def test_readme_python_session(server: str, tmp_path: Path) -> None:
     script, _ = _adapt(examples()["python"], server)
     path = tmp_path / "session.py"
     path.write_text(script, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60)
+    # The example imports the Python client as its README says to install it; here, from its sources.
+    client_src = str(README.parent / "clients" / "python" / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [client_src, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr + done.stdout
     assert "French" in done.stdout, done.stdout
     assert "FACT INCLUDED TOP_SCORE" in done.stdout, done.stdout

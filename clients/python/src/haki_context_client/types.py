@@ -1,0 +1,102 @@
+"""Readable names for the generated result models (the generator names them after the operation
+and the field path, e.g. `ContextContext`); the classes themselves are the generated ones.
+
+Every model is a pydantic model with snake_case attributes (`packet.trace_id`); `model_dump(
+by_alias=True)` gives the GraphQL names back. Facts and events returned by different operations
+are subclasses of `Fact` and `Event`, so `isinstance(x, Fact)` holds for all of them.
+"""
+
+from __future__ import annotations
+
+from ._generated.assert_fact import AssertFactAssertFact, AssertFactAssertFactConflict
+from ._generated.context import ContextContext, ContextContextEpisodes, ContextContextFacts
+from ._generated.enums import (
+    AssertMode,
+    AssertOutcome,
+    ConflictStatus,
+    Decision,
+    EmptyReason,
+    FactStatus,
+    ItemKind,
+    PacketStatus,
+    ReasonCode,
+    Volatility,
+)
+from ._generated.events import EventsEvents
+from ._generated.facts import FactsFacts
+from ._generated.fragments import (
+    EventFields,
+    FactFields,
+    PageInfoFields,
+    TraceSummaryFields,
+    TraceSummaryFieldsCounts,
+    TraceSummaryFieldsTimings,
+)
+from ._generated.get_trace import GetTraceTrace, GetTraceTraceDecisions
+from ._generated.input_types import EventInput, FactInput
+from ._generated.stats import StatsStats
+from ._generated.traces import TracesTraces
+
+ContextPacket = ContextContext
+"""What `context` returns: `rendered` (the text for the prompt), `facts`, `episodes`, `trace_id`..."""
+PacketFact = ContextContextFacts
+"""A fact served in a packet, with its id, validity, score and reason code."""
+Episode = ContextContextEpisodes
+"""An episode chunk served in a packet."""
+Event = EventFields
+"""A recorded event."""
+Fact = FactFields
+"""A fact with its lifecycle (status, version, validity, sources)."""
+FactAssertion = AssertFactAssertFact
+"""What `assert_fact` did: `outcome`, the `fact`, the facts it `superseded`, a `conflict` it opened."""
+ConflictSummary = AssertFactAssertFactConflict
+"""The conflict set an assertion opened (mode CONTEST)."""
+Trace = GetTraceTrace
+"""A context call's persisted trace with its decisions."""
+TraceDecision = GetTraceTraceDecisions
+"""One fact or episode considered by a context call, and what was decided."""
+TraceSummary = TraceSummaryFields
+"""A trace without its decisions (as `traces` lists them)."""
+TraceCounts = TraceSummaryFieldsCounts
+TraceTimings = TraceSummaryFieldsTimings
+TracePage = TracesTraces
+"""A page of traces: `edges` (`cursor`, `node`) and `page_info` (`has_next_page`, `end_cursor`)."""
+FactPage = FactsFacts
+"""A page of facts."""
+EventPage = EventsEvents
+"""A page of events."""
+PageInfo = PageInfoFields
+Stats = StatsStats
+"""The project's usage overview."""
+
+__all__ = [
+    "AssertMode",
+    "AssertOutcome",
+    "ConflictStatus",
+    "ConflictSummary",
+    "ContextPacket",
+    "Decision",
+    "EmptyReason",
+    "Episode",
+    "Event",
+    "EventInput",
+    "EventPage",
+    "Fact",
+    "FactAssertion",
+    "FactInput",
+    "FactPage",
+    "FactStatus",
+    "ItemKind",
+    "PacketFact",
+    "PacketStatus",
+    "PageInfo",
+    "ReasonCode",
+    "Stats",
+    "Trace",
+    "TraceCounts",
+    "TraceDecision",
+    "TracePage",
+    "TraceSummary",
+    "TraceTimings",
+    "Volatility",
+]
