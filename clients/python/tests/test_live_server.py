@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from haki_context_client import (
     BudgetExceededError,
+    ForbiddenError,
     GraphQLRequestError,
     HakiClient,
     HakiClientSync,
@@ -176,3 +177,26 @@ def test_execute_runs_any_document_with_the_same_key(live_server: LiveServer, su
             "query($s: String!) { facts(subjectId: $s) { edges { node { predicate value } } } }", {"s": subject}
         )
     assert data == {"facts": {"edges": [{"node": {"predicate": "colour", "value": "blue"}}]}}
+
+
+def test_forget_subject_deletes_what_the_project_holds_about_the_subject(live_server: LiveServer, subject: str) -> None:
+    # Development mode grants every scope to a keyless caller (project `default`).
+    with HakiClientSync(live_server.url) as haki:
+        events = haki.remember(subject, CONVERSATION)
+        haki.assert_fact(subject, "invoice_language", "French", source_event_ids=[events[0].id])
+        packet = haki.context(subject, QUESTION)
+        forgotten = haki.forget_subject(subject)
+        assert forgotten.subject_id == subject and forgotten.erasure_id
+        assert (forgotten.events, forgotten.facts, forgotten.traces) == (2, 1, 1)
+        assert haki.facts(subject).edges == [] and haki.events(subject).edges == []
+        assert haki.traces(subject_id=subject).edges == [] and haki.trace(packet.trace_id) is None
+        assert haki.context(subject, QUESTION).facts == []
+
+
+async def test_forget_subject_needs_a_key_with_the_erase_scope(live_server: LiveServer, subject: str) -> None:
+    async with HakiClient(live_server.url, api_key=live_server.key) as haki:  # read and write only
+        fact = (await haki.assert_fact(subject, "kept", True)).fact
+        with pytest.raises(ForbiddenError) as raised:
+            await haki.forget_subject(subject)
+        assert raised.value.code == "FORBIDDEN"
+        assert await haki.fact(fact.id) is not None

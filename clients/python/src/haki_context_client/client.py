@@ -31,6 +31,7 @@ from .types import (
     FactInput,
     FactPage,
     FactStatus,
+    ForgetResult,
     ItemKind,
     Stats,
     Trace,
@@ -255,6 +256,13 @@ class HakiClient:
         """Take a fact out of service (RETRACTED); it stays readable."""
         return (await self.operations.retract_fact(fact_id, _given(reason))).retract_fact
 
+    # ---------------------------------------------------------------- erasure
+
+    async def forget_subject(self, subject_id: str) -> ForgetResult:
+        """Delete everything the project holds about the subject, in one transaction (the key needs
+        the `erase` scope); the counts deleted per kind."""
+        return (await self.operations.forget_subject(subject_id)).forget_subject
+
 
 class HakiClientSync:
     """Blocking client of a haki-context server; the same methods as `HakiClient`.
@@ -409,3 +417,10 @@ class HakiClientSync:
     def retract_fact(self, fact_id: str, *, reason: str | None = None) -> Fact:
         """Take a fact out of service (RETRACTED); it stays readable."""
         return self.operations.retract_fact(fact_id, _given(reason)).retract_fact
+
+    # ---------------------------------------------------------------- erasure
+
+    def forget_subject(self, subject_id: str) -> ForgetResult:
+        """Delete everything the project holds about the subject, in one transaction (the key needs
+        the `erase` scope); the counts deleted per kind."""
+        return self.operations.forget_subject(subject_id).forget_subject

@@ -24,6 +24,7 @@ from ._generated.enums import (
 )
 from ._generated.events import EventsEvents
 from ._generated.facts import FactsFacts
+from ._generated.forget_subject import ForgetSubjectForgetSubject
 from ._generated.fragments import (
     EventFields,
     FactFields,
@@ -66,6 +67,8 @@ FactPage = FactsFacts
 EventPage = EventsEvents
 """A page of events."""
 PageInfo = PageInfoFields
+ForgetResult = ForgetSubjectForgetSubject
+"""What `forget_subject` deleted, by kind, and the id of its audit record."""
 Stats = StatsStats
 """The project's usage overview."""
 
@@ -86,6 +89,7 @@ __all__ = [
     "FactInput",
     "FactPage",
     "FactStatus",
+    "ForgetResult",
     "ItemKind",
     "PacketFact",
     "PacketStatus",

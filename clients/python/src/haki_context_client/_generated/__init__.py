@@ -42,6 +42,7 @@ from .facts import (
     FactsFactsEdgesNode,
     FactsFactsPageInfo,
 )
+from .forget_subject import ForgetSubject, ForgetSubjectForgetSubject
 from .fragments import (
     EventFields,
     FactFields,
@@ -107,6 +108,8 @@ __all__ = [
     "FactsFactsEdges",
     "FactsFactsEdgesNode",
     "FactsFactsPageInfo",
+    "ForgetSubject",
+    "ForgetSubjectForgetSubject",
     "GetEvent",
     "GetEventEvent",
     "GetFact",

@@ -11,6 +11,7 @@ from .context import Context
 from .enums import Decision, FactStatus, ItemKind
 from .events import Events
 from .facts import Facts
+from .forget_subject import ForgetSubject
 from .get_event import GetEvent
 from .get_fact import GetFact
 from .get_trace import GetTrace
@@ -548,3 +549,29 @@ class AsyncOperations(AsyncBaseClient):
         )
         data = self.get_data(response)
         return RetractFact.model_validate(data)
+
+    async def forget_subject(self, subject_id: str, **kwargs: Any) -> ForgetSubject:
+        query = gql("""
+            mutation ForgetSubject($subjectId: String!) {
+              forgetSubject(subjectId: $subjectId) {
+                erasureId
+                subjectId
+                forgottenAt
+                events
+                episodeChunks
+                facts
+                conflictSets
+                conflictMembers
+                traces
+                traceDecisions
+                scopeLexemes
+                scopeIndexes
+              }
+            }
+            """)
+        variables: dict[str, object] = {"subjectId": subject_id}
+        response = await self.execute(
+            query=query, operation_name="ForgetSubject", variables=variables, **kwargs
+        )
+        data = self.get_data(response)
+        return ForgetSubject.model_validate(data)
