@@ -275,3 +275,55 @@ async def _existing_indexes(rt: Runtime, names: list[str]) -> list[str]:
 
 def _scalar_counts(counts: dict[str, Any]) -> dict[str, int]:
     return {k: v for k, v in counts.items() if isinstance(v, int)}
+
+
+async def test_the_index_builder_drops_scope_indexes_left_by_a_forgotten_subject(
+    eraser: ProjectClient, runtime: Runtime, subject: str
+) -> None:
+    """A forget that raced a build of the subject's index (or could not drop it) leaves an index
+    no entry owns: the builder's next pass drops it, and keeps every owned one."""
+    from haki_context.core.scope_indexes import build_pending
+
+    kept_subject = f"{subject}-kept"
+    await fill(eraser, subject)
+    await fill(eraser, kept_subject)
+    async with runtime.pool.acquire() as conn:
+        for s in (subject, kept_subject):
+            await db_scope_indexes.build(conn, db_scope_indexes.Scope(eraser.project_id, s, "facts", 7))
+        # The forget's own drop missed it: the entry is gone, the index is still there.
+        await conn.execute(
+            "DELETE FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2", eraser.project_id, subject
+        )
+    orphan = db_scope_indexes.index_name("facts", eraser.project_id, subject)
+    owned = db_scope_indexes.index_name("facts", eraser.project_id, kept_subject)
+    assert await _existing_indexes(runtime, [orphan, owned]) == sorted([orphan, owned])
+
+    # A threshold no scope reaches: the pass builds nothing, only sweeps.
+    await build_pending(runtime.pool, 10**12)
+
+    assert await _existing_indexes(runtime, [orphan, owned]) == [owned]
+    async with runtime.pool.acquire() as conn:  # leave no index behind for the other tests
+        await conn.execute(
+            "DELETE FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2",
+            eraser.project_id,
+            kept_subject,
+        )
+    await build_pending(runtime.pool, 10**12)
+    assert await _existing_indexes(runtime, [owned]) == []
+
+
+async def test_an_index_build_of_a_subject_forgotten_since_it_was_listed_creates_nothing(
+    eraser: ProjectClient, runtime: Runtime, subject: str
+) -> None:
+    await fill(eraser, subject)
+    scope = db_scope_indexes.Scope(eraser.project_id, subject, "facts", 7)  # listed while it held rows
+    await eraser.execute(FORGET, {"s": subject})
+    async with runtime.pool.acquire() as conn:
+        await db_scope_indexes.build(conn, scope)
+        entries = await conn.fetchval(
+            "SELECT count(*) FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2",
+            eraser.project_id,
+            subject,
+        )
+    assert entries == 0
+    assert await _existing_indexes(runtime, [db_scope_indexes.index_name("facts", eraser.project_id, subject)]) == []

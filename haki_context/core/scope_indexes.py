@@ -8,7 +8,8 @@ build is done the scope keeps the exact scan, so a build in progress (or a faile
 one) costs speed, never results.
 
 The same pass keeps each indexed scope's list of common lexemes (db/scope_lexemes.py)
-fresh, for the idf full-text rank. `OwnIndexHints` remembers, per server, which
+fresh, for the idf full-text rank, and drops the indexes of forgotten subjects that a
+forget could not drop itself (it raced a build, or the database went away). `OwnIndexHints` remembers, per server, which
 scopes a statement last reported with an index, to pick the statement text that
 can use it.
 """
@@ -98,6 +99,9 @@ async def build_pending(
                     listed,
                     time.perf_counter() - started,
                 )
+            dropped = await db_scope_indexes.drop_orphans(conn)
+            if dropped:
+                log.info("dropped %d scope index(es) of forgotten subjects", dropped)
             return built
         finally:
             await db_scope_indexes.reset_builder(conn)

@@ -24,6 +24,8 @@ from enum import StrEnum
 
 import asyncpg
 
+from . import subject_locks
+
 # (subjects column counting the table's rows, the rows the index holds beyond the scope)
 TABLES: dict[str, tuple[str, str]] = {
     "facts": ("fact_rows", " AND status = 'ACTIVE'"),
@@ -131,18 +133,24 @@ async def build(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> st
     maintenance_work_mem on `conn` (a build of 100,000 rows takes tens of seconds).
     """
     name = index_name(scope.table, scope.project_id, scope.subject_id)
-    await conn.execute(
-        """
-        INSERT INTO scope_vector_indexes (project_id, subject_id, table_name, index_name)
-        VALUES ($1, $2, $3, $4)
-        ON CONFLICT (project_id, subject_id, table_name)
-        DO UPDATE SET index_name = excluded.index_name, requested_at = now(), ready_at = NULL
-        """,
-        scope.project_id,
-        scope.subject_id,
-        scope.table,
-        name,
-    )
+    async with conn.transaction():
+        # Under the subject's erase lock (shared), and only while the subject holds rows: a scope
+        # forgotten since it was listed gets no entry (db/subject_locks.py).
+        await subject_locks.share(conn, scope.project_id, [scope.subject_id])
+        status = await conn.execute(
+            """
+            INSERT INTO scope_vector_indexes (project_id, subject_id, table_name, index_name)
+            SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM subjects WHERE project_id = $1 AND subject_id = $2)
+            ON CONFLICT (project_id, subject_id, table_name)
+            DO UPDATE SET index_name = excluded.index_name, requested_at = now(), ready_at = NULL
+            """,
+            scope.project_id,
+            scope.subject_id,
+            scope.table,
+            name,
+        )
+    if status.endswith(" 0"):
+        return name
     kinds = [IndexKind.HNSW] + ([IndexKind.IVF] if wants_ivf(scope.rows, ivf_rows) else [])
     for kind in kinds:
         index = index_name(scope.table, scope.project_id, scope.subject_id, kind)
@@ -290,6 +298,34 @@ async def _create_ddl(conn: asyncpg.Connection, kind: IndexKind, name: str, scop
         extra,
     )
     return ddl
+
+
+# The names scope indexes have: `<table>_<kind>_<20 hex digits>`, `_next` while a rebuild runs.
+_SCOPE_INDEX_NAME = r"^(facts|episode_chunks)_(hnsw|ivf)_[0-9a-f]{20}(_next)?$"
+
+
+async def drop_orphans(conn: asyncpg.Connection) -> int:
+    """Drop the scope indexes no `scope_vector_indexes` entry owns (their subject was forgotten
+    while they were built, or the forget could not drop them); returns how many.
+
+    Run by the builder under its lock, so no build of this process's or another's is under
+    way: every index an entry owns, a `_next` one included, is kept."""
+    entries = await conn.fetch("SELECT project_id, subject_id, table_name FROM scope_vector_indexes")
+    owned: set[str] = set()
+    for e in entries:
+        for kind in IndexKind:
+            name = index_name(e["table_name"], e["project_id"], e["subject_id"], kind)
+            owned.update((name, f"{name}_next"))
+    found = await conn.fetch(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE i.indrelid IN ('facts'::regclass, 'episode_chunks'::regclass) AND c.relname ~ $1"
+        " ORDER BY c.relname",
+        _SCOPE_INDEX_NAME,
+    )
+    orphans = [r["relname"] for r in found if r["relname"] not in owned]
+    for name in orphans:
+        await _drop(conn, name)
+    return len(orphans)
 
 
 async def ready(conn: asyncpg.Connection, project_id: str) -> list[tuple[str, str, str]]:

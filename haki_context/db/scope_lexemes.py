@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from . import subject_locks
 from .scope_indexes import TABLES, Scope
 
 # Refresh a scope's list once its size differs from the size it was built at by this share.
@@ -47,6 +48,8 @@ async def refresh(conn: asyncpg.Connection, scope: Scope, min_df: int) -> int:
     """
     _, extra = TABLES[scope.table]
     async with conn.transaction():
+        # The subject's erase lock, shared: a forget of the subject never leaves a list read before it.
+        await subject_locks.share(conn, scope.project_id, [scope.subject_id])
         await conn.execute(
             "DELETE FROM scope_lexemes WHERE project_id = $1 AND subject_id = $2 AND table_name = $3",
             scope.project_id,
