@@ -218,3 +218,23 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
 def test_a_retry_policy_without_tries_is_refused() -> None:
     with pytest.raises(ValueError):
         RetryPolicy(attempts=0)
+
+
+def test_a_base_url_given_with_its_graphql_path_is_accepted() -> None:
+    script = Script(httpx.Response(200, json={"data": STATS}))
+    with HakiClientSync("http://haki.test/graphql/", retry=NO_WAIT, transport=httpx.MockTransport(script)) as haki:
+        haki.stats()
+    assert str(script.requests[0].url) == "http://haki.test/graphql"
+
+
+def test_the_sync_and_async_clients_offer_the_same_methods() -> None:
+    import inspect
+
+    def public(cls: type) -> dict[str, list[str]]:
+        return {
+            name: list(inspect.signature(member).parameters)
+            for name, member in inspect.getmembers(cls, inspect.isfunction)
+            if not name.startswith("_") and name not in {"close", "aclose"}
+        }
+
+    assert public(HakiClient) == public(HakiClientSync)
