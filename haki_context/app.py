@@ -12,14 +12,20 @@ from typing import Any
 
 import asyncpg
 import orjson
+from cross_web import HTTPException
+from graphql import GraphQLError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
+from strawberry.exceptions import MissingQueryError
+from strawberry.schema.exceptions import CannotGetOperationTypeError
 from strawberry.types import ExecutionResult
+from strawberry.types.unset import UNSET
 
 from .core.admission import RETRY_AFTER_S
 from .core.assembler import warm_connections
@@ -30,10 +36,12 @@ from .core.limits import MAX_JSON_DEPTH, check_json_depth
 from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
 from .core.supervisor import Supervisor
+from .cors import cors_middleware
 from .db import embedded, migrate
+from .media_types import ACCEPTABLE, ResponseType, negotiate
 from .resolvers.context import build_context
 from .schema import build_schema
-from .schema.errors import domain_error, format_error, http_status
+from .schema.errors import RequestErrorCode, domain_error, format_error, http_status
 from .schema.ide import render_graphiql_page
 from .settings import Settings
 from .startup_errors import database_target
@@ -59,8 +67,22 @@ query Context {
 """
 
 
+# Strawberry refuses these before anything runs with a plain-text 400; they are request errors
+# like a parse or validation failure, answered in the GraphQL shape with their code.
+_REQUEST_ERRORS: dict[type[Exception], RequestErrorCode] = {
+    MissingQueryError: RequestErrorCode.PARSE_FAILED,  # an empty document
+    CannotGetOperationTypeError: RequestErrorCode.VALIDATION_FAILED,  # no operation, or none by that name
+}
+
+
 class HakiGraphQL(GraphQL):
-    """Strawberry's ASGI view with our context, error codes, HTTP statuses and JSON encoder."""
+    """Strawberry's ASGI view with our context, error codes, HTTP statuses, JSON encoder and the
+    response media type negotiated from `Accept` (media_types.py).
+
+    In application/graphql-response+json a request refused before execution (parse,
+    validation, variables, no operation) is answered without `data`, 400; in application/json,
+    200 with `"data": null`. UNAUTHENTICATED is 401 and UNAVAILABLE 503 (with Retry-After) in both.
+    """
 
     def __init__(self, schema: Any, *, graphiql: bool) -> None:
         super().__init__(schema, graphql_ide="graphiql" if graphiql else None, allow_queries_via_get=False)
@@ -69,18 +91,43 @@ class HakiGraphQL(GraphQL):
         caller = request.scope["haki_caller"]  # None only on a GET, which executes nothing
         return None if caller is None else build_context(request.app.state.runtime, caller)
 
+    async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
+        if isinstance(request, Request) and request.method == "POST" and _response_type(request) is None:
+            refusal = BadRequest(f"the Accept header admits no type this server answers in: {ACCEPTABLE}")
+            return error_response(refusal, status_code=406)
+        return await super().run(request, context, root_value)
+
+    async def get_sub_response(self, request: Any) -> Response:
+        sub_response = await super().get_sub_response(request)
+        sub_response.media_type = (_response_type(request) or ResponseType.JSON).value
+        return sub_response
+
+    async def execute_single(self, *args: Any, **kwargs: Any) -> ExecutionResult:
+        try:
+            return await super().execute_single(*args, **kwargs)
+        except HTTPException as exc:
+            cause = exc.__cause__  # what Strawberry mapped to its 400
+            code = _REQUEST_ERRORS.get(type(cause)) if isinstance(cause, Exception) else None
+            if code is None:
+                raise
+            return ExecutionResult(data=None, errors=[GraphQLError(exc.reason, extensions={"code": code.value})])
+
     async def process_result(self, request: Any, result: ExecutionResult) -> Any:
         data: dict[str, Any] = {"data": result.data}
         if result.errors:
             data["errors"] = [format_error(e) for e in result.errors]
+            refused = result.data is None and all(e.path is None for e in result.errors)
+            if refused and _response_type(request) is ResponseType.GRAPHQL_RESPONSE_JSON:
+                del data["data"]  # nothing ran: no data entry, and a 4xx (create_response)
         if result.extensions:
             data["extensions"] = result.extensions
         return data
 
     def create_response(self, response_data: Any, sub_response: Any) -> Response:
         response = super().create_response(response_data, sub_response)
+        response.headers["content-type"] = ResponseType(sub_response.media_type).content_type
         if isinstance(response_data, dict):
-            status = http_status(response_data.get("errors") or [])
+            status = http_status(response_data.get("errors") or [], ran="data" in response_data)
             if status is not None:
                 response.status_code = status
                 if status == Unavailable.http_status:  # shed or database down: tell clients when to retry
@@ -94,11 +141,37 @@ class HakiGraphQL(GraphQL):
         return HTMLResponse(render_graphiql_page(EXAMPLE_OPERATION, static_prefix="/static/graphiql"))
 
 
-def error_response(exc: HakiError) -> JSONResponse:
+def _response_type(request: Request) -> ResponseType | None:
+    """The response type the request's Accept header negotiates (None: it admits neither)."""
+    return negotiate(request.headers.get("accept"))
+
+
+def error_response(exc: HakiError, *, status_code: int | None = None) -> JSONResponse:
     """A GraphQL-shaped error answered before execution (auth, body size, database down)."""
-    body = {"data": None, "errors": [{"message": exc.message, "extensions": exc.extensions()}]}
-    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, Unavailable) else None
-    return JSONResponse(body, status_code=exc.http_status, headers=headers)
+    return _Refusal(exc, status_code=status_code or exc.http_status)
+
+
+class _Refusal(JSONResponse):
+    """A refusal in the media type the request's Accept negotiates, chosen when it is sent (the
+    request is known then): application/graphql-response+json leaves out `data` on a 4xx or 5xx;
+    application/json (also where Accept admits neither) holds `"data": null`.
+
+    It keeps the error's message and extensions, never the exception (its traceback would hold
+    the refused body)."""
+
+    def __init__(self, exc: HakiError, *, status_code: int) -> None:
+        self._error = {"message": exc.message, "extensions": exc.extensions()}
+        headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, Unavailable) else None
+        super().__init__({"data": None, "errors": [self._error]}, status_code=status_code, headers=headers)
+        self.headers["content-type"] = ResponseType.JSON.content_type
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response_type = negotiate(Headers(scope=scope).get("accept"))
+        if response_type is ResponseType.GRAPHQL_RESPONSE_JSON and self.status_code >= 400:
+            self.body = self.render({"errors": [self._error]})
+            self.headers["content-length"] = str(len(self.body))
+            self.headers["content-type"] = response_type.content_type
+        await super().__call__(scope, receive, send)
 
 
 class GraphQLEndpoint:
@@ -411,7 +484,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(settings))
     if runtime is not None:
         _attach(app, runtime, settings)
     return app

@@ -13,13 +13,15 @@ setting given explicitly overrides its profile's value.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from pydantic import model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class EmbedProvider(str, Enum):
@@ -104,6 +106,8 @@ class Settings(BaseSettings):
     """Allow keyless development mode on a non-loopback bind (insecure: anyone who reaches the port writes as `default`)."""
     graphiql: bool = True
     """Serve GraphiQL at GET /graphql."""
+    cors_origins: Annotated[tuple[str, ...], NoDecode] | None = None
+    """Origins a browser page may call the API from (`https://app.example.com`), comma-separated or a JSON list; `*` allows any. Unset: no CORS headers."""
     log_level: LogLevel | None = None
     """debug, info, warning or error; unset: info for `serve` and the long jobs, warning for the short commands."""
     access_log: bool = False
@@ -235,6 +239,18 @@ class Settings(BaseSettings):
     durable_traces: bool = False
     """Wait for a trace's WAL to reach disk (facts and events always wait)."""
 
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _parse_origins(cls, value: Any) -> Any:
+        """A comma-separated or JSON list of origins, each as a browser sends it in `Origin`."""
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else text.split(",")
+        if not isinstance(value, list | tuple):
+            return value  # the field's own validation names the variable
+        origins = tuple(_origin(str(item)) for item in value if str(item).strip())
+        return origins or None
+
     @model_validator(mode="before")
     @classmethod
     def _apply_profile(cls, data: Any) -> Any:
@@ -275,6 +291,18 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _origin(text: str) -> str:
+    """`text` as the `Origin` header states it (scheme://host[:port], no path or trailing slash),
+    or `*`; a browser's `Origin` is compared with it exactly, so anything else never matches."""
+    text = text.strip()
+    if text == "*":
+        return text
+    parts = urlsplit(text.rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment:
+        raise ValueError(f"{text!r} is no origin: write scheme://host[:port], e.g. https://app.example.com")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
 def default(name: str) -> Any:

@@ -7,26 +7,18 @@ from datetime import datetime
 
 import strawberry
 from graphql import ASTValidationRule, GraphQLError
-from strawberry.extensions import (
-    AddValidationRules,
-    DisableIntrospection,
-    MaxTokensLimiter,
-    ParserCache,
-    SchemaExtension,
-    ValidationCache,
-)
-from strawberry.extensions.max_aliases import create_validator as alias_limit_rule
-from strawberry.extensions.query_depth_limiter import create_validator as depth_limit_rule
+from strawberry.extensions import AddValidationRules, DisableIntrospection, SchemaExtension, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from ..core.errors import HakiError
 from .errors import is_unexpected
 from .execution import LeanExecutionContext
-from .limits import context_field_limit
+from .limits import alias_limit, context_field_limit, depth_limit
 from .mutation import Mutation
 from .query import Query
 from .scalars import DateTime
+from .stages import Parsing, ValidationCodes
 from .writes import AwaitTraceWrites
 
 
@@ -52,15 +44,16 @@ def build_schema(
     # *and* the rule classes, and QueryDepthLimiter / MaxAliasesLimiter make new classes per
     # instance, which would make every request miss it (docs/performance.md).
     rules: list[type[ASTValidationRule]] = [
-        depth_limit_rule(max_depth, None),
-        alias_limit_rule(max_aliases),
+        depth_limit(max_depth),
+        alias_limit(max_aliases),
         context_field_limit(max_context_fields),
     ]
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         # Agents send the same few documents over and over: parse and validate each once.
-        lambda: ParserCache(maxsize=256),
+        # Each step codes the errors it raises (schema/stages.py).
+        lambda: Parsing(max_tokens=max_tokens, cache_size=256),
         lambda: ValidationCache(maxsize=256),
-        lambda: MaxTokensLimiter(max_token_count=max_tokens),
+        ValidationCodes,
         lambda: AddValidationRules(rules),
         AwaitTraceWrites,
     ]

@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import logging
 import uuid
+from enum import Enum
 from typing import Any
 
 import asyncpg
 from graphql import GraphQLError
 
-from ..core.errors import HakiError, Timeout, Unavailable
+from ..core.errors import HakiError, InvalidInput, QueryTooComplex, Timeout, Unavailable
 
 log = logging.getLogger("haki_context.errors")
-
-_COMPLEXITY_MARKERS = (
-    "exceeds maximum operation depth",
-    "aliases found. Allowed",
-    "maximum number of tokens",
-    "more than",  # graphql-core: "Document contains more than N tokens"
-)
 
 # Server-side states of a database that is going away or not there yet.
 _SHUTDOWN_ERRORS: tuple[type[BaseException], ...] = (
@@ -72,13 +66,39 @@ def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
     return None, False
 
 
+class RequestErrorCode(str, Enum):
+    """The codes of errors that refuse a request before it runs. Each is attached where the error
+    is raised: the parser, the validation step and each limit rule, the coercion of variables."""
+
+    PARSE_FAILED = "GRAPHQL_PARSE_FAILED"  # the document is no GraphQL (or holds none)
+    VALIDATION_FAILED = "GRAPHQL_VALIDATION_FAILED"  # a validation rule refused it, or no operation to run
+    QUERY_TOO_COMPLEX = QueryTooComplex.code  # over a depth, alias, token or `context` field limit
+    INVALID_INPUT = InvalidInput.code  # a variable missing, of the wrong type, or out of its scalar's range
+
+
+def coded(error: GraphQLError, code: RequestErrorCode) -> GraphQLError:
+    """`error` carrying `code` in its extensions, unless its source already gave it one."""
+    if attached_code(error) is None:
+        error.extensions = {**(error.extensions or {}), "code": code.value}
+    return error
+
+
+def attached_code(error: GraphQLError) -> str | None:
+    """The code the error's source attached, if any."""
+    code = (error.extensions or {}).get("code")
+    return code if isinstance(code, str) else None
+
+
 def is_unexpected(error: GraphQLError) -> bool:
     """True for errors that are bugs (INTERNAL): logged with a traceback, masked in the response."""
-    return error.original_error is not None and not _is_coercion(error) and domain_error(error.original_error) is None
+    return domain_error(error.original_error) is None and attached_code(error) is None
 
 
 def format_error(error: GraphQLError) -> dict[str, Any]:
-    """The response form of one error: message, locations, path and `extensions.code`."""
+    """The response form of one error: message, locations, path and `extensions.code`.
+
+    The code is the domain error's behind it (a resolver's, a scalar's), else the one its source
+    attached; an error with neither is a bug: INTERNAL, its message masked and logged."""
     formatted: dict[str, Any] = {"message": error.message}
     if error.locations:
         formatted["locations"] = [{"line": loc.line, "column": loc.column} for loc in error.locations]
@@ -91,44 +111,29 @@ def format_error(error: GraphQLError) -> dict[str, Any]:
             formatted["message"] = domain.message
         formatted["extensions"] = domain.extensions()
         return formatted
-    if original is None or _is_coercion(error):
-        code = "QUERY_TOO_COMPLEX" if _is_complexity(error.message) else _request_code(error)
-        formatted["extensions"] = {**(error.extensions or {}), "code": code}
+    if attached_code(error) is not None:
+        formatted["extensions"] = dict(error.extensions or {})
         return formatted
     ref = uuid.uuid4().hex[:12]
-    log.error("internal error %s", ref, exc_info=(type(original), original, original.__traceback__))
+    if original is not None:
+        log.error("internal error %s", ref, exc_info=(type(original), original, original.__traceback__))
+    else:
+        log.error("internal error %s: an error without a code: %s", ref, error.message)
     formatted["message"] = f"Internal error (reference {ref})."
     formatted["extensions"] = {"code": "INTERNAL", "reference": ref}
     return formatted
 
 
-def _is_coercion(error: GraphQLError) -> bool:
-    # graphql-core's variable coercion ("Variable '$x' got invalid value ...") wraps the parse error.
-    return error.path is None and error.message.startswith("Variable '$")
+def http_status(errors: list[dict[str, Any]], *, ran: bool = True) -> int | None:
+    """The HTTP status a response's errors call for (None: the default 200).
 
-
-def _is_complexity(message: str) -> bool:
-    return any(marker in message for marker in _COMPLEXITY_MARKERS) and (
-        "depth" in message or "aliases" in message or "tokens" in message
-    )
-
-
-def _request_code(error: GraphQLError) -> str:
-    existing = (error.extensions or {}).get("code")
-    if isinstance(existing, str):
-        return existing
-    if _is_coercion(error):
-        return "INVALID_INPUT"  # a variable of the wrong type, missing, or out of its scalar's range
-    if error.message.startswith("Syntax Error"):
-        return "GRAPHQL_PARSE_FAILED"
-    return "GRAPHQL_VALIDATION_FAILED"
-
-
-def http_status(errors: list[dict[str, Any]]) -> int | None:
-    """The HTTP status a response's errors call for (None: the default 200)."""
+    `ran` is False for a request refused before execution answered without `data`
+    (application/graphql-response+json): 400, or 500 where the refusal was a bug."""
     codes = {e.get("extensions", {}).get("code") for e in errors}
     if "UNAUTHENTICATED" in codes:
         return 401
     if "UNAVAILABLE" in codes:
         return 503
+    if not ran:
+        return 500 if "INTERNAL" in codes else 400
     return None

@@ -16,6 +16,9 @@ one loop (no Path, no method call per field) and hands each other field to
 `execute_field`, awaiting what it returns as graphql-core does. Its plan per selection
 is kept for the request (graphql-core hands every item of a list the same collected
 field set).
+
+It also codes the errors of the variables' coercion, which graphql-core runs when it builds
+the execution context: INVALID_INPUT, attached there.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import AwaitableOrValue, Path, Undefined, UndefinedType, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
+
+from .errors import RequestErrorCode, coded
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,19 @@ class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self._leaves: dict[GraphQLObjectType, dict[str, _PlainLeaf]] = {}  # this request's view of _plain_leaves
         # id(grouped field set) -> (the set, kept alive so the id stays its own; per field, _PlainLeaf or None)
         self._plans: dict[int, tuple[Any, list[tuple[str, Any, _PlainLeaf | None]]]] = {}
+
+    @classmethod
+    def build(cls, *args: Any, **kwargs: Any) -> Any:
+        """The execution context, or the errors that refuse the request before execution, coded.
+
+        Strawberry has chosen the operation before (an unknown or missing one is refused
+        there), so what is refused here are the variables: each coerced against its
+        definition (a missing, null, mistyped or out-of-range value): INVALID_INPUT.
+        """
+        built = super().build(*args, **kwargs)
+        if isinstance(built, list):
+            return [coded(error, RequestErrorCode.INVALID_INPUT) for error in built]
+        return built
 
     def _leaf(self, parent_type: GraphQLObjectType, node: Any) -> _PlainLeaf:
         """How to read the field `node` of `parent_type` directly, or _NOT_PLAIN."""

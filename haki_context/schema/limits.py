@@ -1,9 +1,85 @@
-"""Validation rules of the safe GraphQL surface that Strawberry does not ship."""
+"""The limits of the safe GraphQL surface: tokens per document, depth, aliases and `context`
+fields per operation. Each refuses with QUERY_TOO_COMPLEX, attached where it is raised."""
 
 from __future__ import annotations
 
-from graphql import FieldNode, GraphQLError, OperationDefinitionNode, ValidationRule
-from graphql.language import FragmentSpreadNode, InlineFragmentNode, SelectionSetNode
+import itertools
+from typing import Any, cast
+
+from graphql import (
+    ASTValidationRule,
+    FieldNode,
+    GraphQLError,
+    OperationDefinitionNode,
+    Source,
+    TokenKind,
+    ValidationContext,
+    ValidationRule,
+)
+from graphql.language import FragmentSpreadNode, InlineFragmentNode, Lexer, SelectionSetNode
+from strawberry.extensions.max_aliases import create_validator as alias_limit_rule
+from strawberry.extensions.query_depth_limiter import create_validator as depth_limit_rule
+
+from .errors import RequestErrorCode, coded
+
+TOO_COMPLEX = RequestErrorCode.QUERY_TOO_COMPLEX
+
+
+def check_token_count(document: str, max_tokens: int) -> None:
+    """Refuse a document of more than `max_tokens` lexical tokens, comments included, before it
+    is parsed: the parser's time and memory grow with the tokens. A lexical error met before the
+    limit is raised as it is (a syntax error, for the parser's caller to code)."""
+    lexer = Lexer(Source(document))
+    token = lexer.token
+    for count in itertools.count(1):
+        token = lexer.read_next_token(token.end)
+        if token.kind is TokenKind.EOF:
+            return
+        if count > max_tokens:
+            raise GraphQLError(
+                f"the document has more than {max_tokens} tokens (HAKI_MAX_TOKENS)",
+                source=lexer.source,
+                positions=[token.start],
+                extensions={"code": TOO_COMPLEX.value},
+            )
+
+
+def depth_limit(max_depth: int) -> type[ASTValidationRule]:
+    """Strawberry's depth rule (introspection fields not counted), refusing with QUERY_TOO_COMPLEX."""
+    return _coded_rule(depth_limit_rule(max_depth, None), TOO_COMPLEX)
+
+
+def alias_limit(max_aliases: int) -> type[ASTValidationRule]:
+    """Strawberry's alias rule (aliases of the whole document), refusing with QUERY_TOO_COMPLEX."""
+    return _coded_rule(alias_limit_rule(max_aliases), TOO_COMPLEX)
+
+
+def _coded_rule(rule: type[ASTValidationRule], code: RequestErrorCode) -> type[ASTValidationRule]:
+    """`rule`, each error it reports carrying `code`.
+
+    Strawberry's rules report to the validation context directly (the alias rule before the
+    rule object is set up), so the rule is handed a context that codes what it is told."""
+
+    class CodedRule(rule):  # type: ignore[valid-type, misc]
+        def __init__(self, context: ValidationContext) -> None:
+            super().__init__(cast(ValidationContext, _CodingContext(context, code)))
+
+    CodedRule.__name__ = CodedRule.__qualname__ = rule.__name__
+    return CodedRule
+
+
+class _CodingContext:
+    """A validation context whose reported errors carry `code`; all else is the context's."""
+
+    def __init__(self, context: ValidationContext, code: RequestErrorCode) -> None:
+        self._context = context
+        self._code = code
+
+    def report_error(self, error: GraphQLError) -> None:
+        self._context.report_error(coded(error, self._code))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
 
 
 def context_field_limit(max_fields: int) -> type[ValidationRule]:
@@ -21,7 +97,7 @@ def context_field_limit(max_fields: int) -> type[ValidationRule]:
                     GraphQLError(
                         f"{count} `context` fields in one operation; at most {max_fields} are allowed",
                         node,
-                        extensions={"code": "QUERY_TOO_COMPLEX"},
+                        extensions={"code": TOO_COMPLEX.value},
                     )
                 )
 
