@@ -38,6 +38,7 @@ from .core.space import check_embedding_space
 from .core.supervisor import Supervisor
 from .cors import cors_middleware
 from .db import embedded, migrate
+from .mcp_server.http import McpEndpoint
 from .media_types import ACCEPTABLE, ResponseType, negotiate
 from .resolvers.context import build_context
 from .schema import build_schema
@@ -443,7 +444,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         introspection=settings.introspection,
     )
     view = HakiGraphQL(schema, graphiql=settings.graphiql)
+    mcp = McpEndpoint(schema, settings)
 
+    @mcp.running_during  # the MCP transport runs while the runtime is open
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if runtime is not None:
@@ -482,6 +485,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
+        Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(settings))

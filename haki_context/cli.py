@@ -408,13 +408,15 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--project", default=None)
     revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("key_id")
+    mcp = sub.add_parser("mcp", help="serve the MCP server over stdio, for an agent that spawns it (docs/agents.md)")
+    mcp.add_argument("--key", default=None, help="the project's API key (HAKI_API_KEY); none: development mode's project")
     return parser
 
 
-COMMANDS_WITH_EMBEDDER = ("serve", "reembed")
+COMMANDS_WITH_EMBEDDER = ("serve", "reembed", "mcp")
 # Commands whose start-up steps and progress are worth a log line by default; the quick ones
 # (migrate, keys, prune) print their result alone, and warnings and errors.
-COMMANDS_LOGGING_STEPS = ("serve", "reembed", "index-scopes", "build-model")
+COMMANDS_LOGGING_STEPS = ("serve", "reembed", "index-scopes", "build-model", "mcp")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -459,6 +461,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(_prune(settings, args.days))
     if command == "build-model":
         return _build_model(settings, args.out)
+    if command == "mcp":
+        from .mcp_server.stdio import run_stdio
+
+        return run_stdio(settings, args.key)
     progress.allow_terminal()  # the long jobs below, run by a person: an updating line on a terminal
     if command == "reembed":
         return asyncio.run(_reembed(settings))

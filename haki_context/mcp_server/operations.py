@@ -1,0 +1,149 @@
+"""The GraphQL operations behind every MCP tool and resource, in one place.
+
+Each tool runs one of these in-process against the served schema, so input checks, limits
+and error codes are GraphQL's own; what a tool returns is the operation's `data`, whose
+JSON Schema (the tool's `outputSchema`) is derived from the selection (result_schema.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A named GraphQL document holding one operation."""
+
+    name: str
+    document: str
+
+
+GET_CONTEXT = Operation(
+    "GetContext",
+    """
+query GetContext($subject: String!, $query: String!, $budget: Int) {
+  context(subjectId: $subject, query: $query, budget: $budget) {
+    traceId
+    rendered
+    budgetTokens
+    usedTokens
+    status
+    warnings
+    emptyReason
+    facts {
+      id
+      predicate
+      value
+      confidence
+      validFrom
+      validTo
+      score
+      reasonCode
+      viaEntity
+      sourceEventIds
+      fact { status version recordedAt }
+    }
+    episodes { eventId chunk kind occurredAt excerpt score }
+  }
+}
+""",
+)
+
+REMEMBER = Operation(
+    "Remember",
+    """
+mutation Remember($inputs: [EventInput!]!) {
+  recordEvents(inputs: $inputs) { id kind occurredAt recordedAt }
+}
+""",
+)
+
+ASSERT_FACT = Operation(
+    "AssertFact",
+    """
+mutation AssertFact($input: FactInput!) {
+  assertFact(input: $input) {
+    outcome
+    fact { id predicate value confidence status version validFrom validTo recordedAt sourceEventIds }
+    superseded { id value }
+    conflict { id status }
+  }
+}
+""",
+)
+
+RETRACT_FACT = Operation(
+    "RetractFact",
+    """
+mutation RetractFact($id: ID!, $reason: String) {
+  retractFact(id: $id, reason: $reason) { id predicate value status version }
+}
+""",
+)
+
+EXPLAIN = Operation(
+    "Explain",
+    """
+query Explain($id: ID!) {
+  trace(id: $id) {
+    id
+    subjectId
+    query
+    budgetTokens
+    usedTokens
+    status
+    emptyReason
+    warnings
+    createdAt
+    counts { included excluded blocked }
+    decisions {
+      itemKind
+      itemId
+      chunk
+      decision
+      reasonCode
+      rank
+      score
+      similarity
+      fullText
+      recency
+      tokens
+      viaEntity
+      fact { predicate value }
+      event { kind excerpt }
+    }
+  }
+}
+""",
+)
+
+# The most facts one page holds (the `facts` field's limit); the resource reads page by page.
+FACTS_PAGE = 100
+
+ACTIVE_FACTS = Operation(
+    "ActiveFacts",
+    f"""
+query ActiveFacts($subject: String!, $after: String) {{
+  facts(subjectId: $subject, status: ACTIVE, first: {FACTS_PAGE}, after: $after) {{
+    edges {{
+      node {{
+        id
+        predicate
+        value
+        confidence
+        volatility
+        validFrom
+        validTo
+        recordedAt
+        lastReinforcedAt
+        version
+        sourceEventIds
+      }}
+    }}
+    pageInfo {{ hasNextPage endCursor }}
+  }}
+}}
+""",
+)
+
+TOOL_OPERATIONS = (GET_CONTEXT, REMEMBER, ASSERT_FACT, RETRACT_FACT, EXPLAIN)

@@ -1,0 +1,284 @@
+"""The MCP server over streamable HTTP, at /mcp of a live server, driven by the SDK's own client.
+
+One server per module (uvicorn on a free loopback port, keys required); each test opens its
+clients. The conversation scenario here is shared with the stdio tests (test_mcp_stdio.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import httpx
+import httpx2
+import jsonschema
+import pytest
+import uvicorn
+from conftest import GraphQLClient, ProjectClient, client_for, make_settings, new_project_key
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult
+
+from haki_context.app import create_app
+from haki_context.core.runtime import Runtime
+
+TOOLS = {"get_context", "remember", "assert_fact", "retract_fact", "explain"}
+
+Connect = Callable[[str], AbstractAsyncContextManager[Client]]
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    """A successful tool result's structured content."""
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def error(result: CallToolResult) -> dict[str, Any]:
+    """A failed tool result's first error, as GraphQL formats it."""
+    assert result.is_error, result.structured_content
+    assert result.structured_content is not None
+    first: dict[str, Any] = result.structured_content["errors"][0]
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert text.startswith(f"{first['extensions']['code']}: {first['message']}")
+    return first
+
+
+async def conversation_scenario(connect: Connect, key: str, other_key: str) -> None:
+    """Record a conversation, assert a fact, get context holding both, explain it; then the
+    other project's key sees none of it. Shared by both transports."""
+    subject = f"subject-{uuid.uuid4().hex[:12]}"
+    async with connect(key) as client:
+        recorded = data(
+            await client.call_tool(
+                "remember",
+                {
+                    "subject": subject,
+                    "messages": [
+                        {"speaker": "Ann", "text": "Please send my invoices in French from now on."},
+                        {"speaker": "assistant", "text": "Noted: your invoices will be in French."},
+                    ],
+                    "events": [{"kind": "crm.note", "payload": {"note": "Ann moved to Lyon"}}],
+                },
+            )
+        )["recordEvents"]
+        assert [e["kind"] for e in recorded] == ["conversation.message", "conversation.message", "crm.note"]
+        asserted = data(
+            await client.call_tool(
+                "assert_fact",
+                {
+                    "subject": subject,
+                    "predicate": "invoice_language",
+                    "value": "French",
+                    "source_event_ids": [recorded[0]["id"]],
+                },
+            )
+        )["assertFact"]
+        assert asserted["outcome"] == "CREATED"
+        fact_id = asserted["fact"]["id"]
+
+        packet = data(
+            await client.call_tool(
+                "get_context", {"subject": subject, "query": "Which language for invoices in French?"}
+            )
+        )["context"]
+        served_fact = next(f for f in packet["facts"] if f["id"] == fact_id)
+        assert served_fact["value"] == "French"
+        assert served_fact["sourceEventIds"] == [recorded[0]["id"]]
+        assert {"validFrom", "validTo"} <= served_fact.keys() and served_fact["fact"]["status"] == "ACTIVE"
+        episode_ids = {e["eventId"] for e in packet["episodes"]}
+        assert recorded[0]["id"] in episode_ids
+        assert "French" in packet["rendered"]
+
+        trace = data(await client.call_tool("explain", {"trace_id": packet["traceId"]}))["trace"]
+        assert trace["id"] == packet["traceId"] and trace["subjectId"] == subject
+        included = {(d["itemKind"], d["itemId"]) for d in trace["decisions"] if d["decision"] == "INCLUDED"}
+        assert ("FACT", fact_id) in included
+        assert ("EPISODE", recorded[0]["id"]) in included
+
+        facts_read = await client.read_resource(f"haki://subjects/{subject}/facts")
+        assert fact_id in facts_read.contents[0].text  # type: ignore[union-attr]
+        trace_read = await client.read_resource(f"haki://traces/{packet['traceId']}")
+        assert packet["traceId"] in trace_read.contents[0].text  # type: ignore[union-attr]
+
+    async with connect(other_key) as other:
+        elsewhere = data(
+            await other.call_tool(
+                "get_context", {"subject": subject, "query": "Which language for invoices in French?"}
+            )
+        )["context"]
+        assert elsewhere["facts"] == [] and elsewhere["episodes"] == [] and elsewhere["rendered"] == ""
+        assert data(await other.call_tool("explain", {"trace_id": packet["traceId"]}))["trace"] is None
+        assert error(await other.call_tool("retract_fact", {"fact_id": fact_id}))["extensions"]["code"] == "NOT_FOUND"
+        assert '"facts":[]' in (await other.read_resource(f"haki://subjects/{subject}/facts")).contents[0].text  # type: ignore[union-attr]
+        with pytest.raises(MCPError) as refused:
+            await other.read_resource(f"haki://traces/{packet['traceId']}")
+        assert refused.value.code == INVALID_PARAMS and refused.value.data["code"] == "NOT_FOUND"
+
+
+async def errors_scenario(connect: Connect, key: str, graphql: GraphQLClient) -> None:
+    """Bad input gets the code and message GraphQL gives the same input."""
+    subject = f"subject-{uuid.uuid4().hex[:12]}"
+    cases: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
+        (
+            "get_context",
+            {"subject": subject, "query": "anything", "budget": 0},
+            'query($s: String!) { context(subjectId: $s, query: "anything", budget: 0) { traceId } }',
+            {"s": subject},
+        ),
+        (
+            "assert_fact",
+            {"subject": "", "predicate": "p", "value": 1},
+            'mutation { assertFact(input: {subjectId: "", predicate: "p", value: 1}) { outcome } }',
+            {},
+        ),
+        (
+            "remember",
+            {"subject": subject, "messages": [{"speaker": "Ann", "text": "hi", "occurred_at": "yesterday"}]},
+            "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }",
+            {
+                "inputs": [
+                    {"subjectId": subject, "kind": "conversation.message", "payload": {}, "occurredAt": "yesterday"}
+                ]
+            },
+        ),
+        (
+            "retract_fact",
+            {"fact_id": str(uuid.uuid4())},
+            "mutation($id: ID!) { retractFact(id: $id) { id } }",
+            {"id": None},
+        ),
+    ]
+    async with connect(key) as client:
+        for tool, arguments, query, variables in cases:
+            if tool == "retract_fact":
+                variables = {"id": arguments["fact_id"]}
+            expected = await graphql.error(query, variables)
+            got = error(await client.call_tool(tool, arguments))
+            assert got["extensions"]["code"] == expected["extensions"]["code"], tool
+            assert got["message"] == expected["message"], tool
+
+
+def tool_schemas_scenario(tools: list[Any]) -> None:
+    """Every tool has a description and input and output schemas (valid JSON Schema)."""
+    assert {t.name for t in tools} == TOOLS
+    for tool in tools:
+        assert len(tool.description or "") > 100, tool.name
+        jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        assert tool.output_schema is not None, tool.name
+        jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        for name, prop in tool.input_schema["properties"].items():
+            assert prop.get("description"), f"{tool.name}.{name} has no description"
+
+
+# --- the live server ---------------------------------------------------------------------------
+
+
+class LiveServer:
+    """uvicorn serving the app on a free loopback port, in this event loop."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/mcp"
+        self.server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_config=None, access_log=False))
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            assert not self.task.done(), "the server did not start"
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        assert self.task is not None
+        await self.task
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+async def live(runtime: Runtime, migrated: str) -> AsyncIterator[LiveServer]:
+    server = LiveServer(create_app(make_settings(migrated, dev_mode=False), runtime=runtime))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture(scope="module")
+async def keys(runtime: Runtime) -> tuple[str, str]:
+    return (
+        await new_project_key(runtime, f"project-{uuid.uuid4().hex[:12]}"),
+        await new_project_key(runtime, f"project-{uuid.uuid4().hex[:12]}"),
+    )
+
+
+def http_connect(url: str) -> Connect:
+    def connect(key: str) -> AbstractAsyncContextManager[Client]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        return Client(streamable_http_client(url, http_client=http))
+
+    return connect
+
+
+async def test_the_tools_are_listed_with_a_description_and_schemas(live: LiveServer, keys: tuple[str, str]) -> None:
+    async with http_connect(live.url)(keys[0]) as client:
+        tool_schemas_scenario((await client.list_tools()).tools)
+        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+    assert templates == {"haki://subjects/{subject}/facts", "haki://traces/{trace_id}"}
+
+
+async def test_a_conversation_and_a_fact_come_back_in_context_explained_and_only_to_their_project(
+    live: LiveServer, keys: tuple[str, str]
+) -> None:
+    await conversation_scenario(http_connect(live.url), *keys)
+
+
+async def test_bad_input_gets_graphqls_code_and_message(
+    live: LiveServer, runtime: Runtime, keys: tuple[str, str]
+) -> None:
+    base = client_for(runtime)
+    graphql = ProjectClient(base.http, keys[0], "")
+    try:
+        await errors_scenario(http_connect(live.url), keys[0], graphql)
+    finally:
+        await base.http.aclose()
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({}, "an API key is required: send `Authorization: Bearer <key>`"),
+        ({"Authorization": "Bearer not-a-key"}, "the API key is not valid (unknown or revoked)"),
+        ({"Authorization": "Basic abc"}, "the Authorization header must be `Bearer <key>`"),
+    ],
+)
+async def test_a_request_without_a_valid_key_is_refused_before_the_transport(
+    live: LiveServer, headers: dict[str, str], message: str
+) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            live.url, json=initialize, headers={**headers, "Accept": "application/json, text/event-stream"}
+        )
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    body = response.json()
+    assert body["error"]["message"] == message
+    assert body["error"]["data"] == {"code": "UNAUTHENTICATED"}
+
+
+async def test_the_sdk_client_without_a_key_cannot_connect(live: LiveServer) -> None:
+    with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a 401 varies by its version
+        async with Client(live.url):
+            pass
