@@ -25,9 +25,18 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult
 
 from haki_context.app import create_app
+from haki_context.core import keys as core_keys
 from haki_context.core.runtime import Runtime
+from haki_context.db import keys as db_keys
 
 TOOLS = {"get_context", "remember", "assert_fact", "retract_fact", "explain"}
+ERASING_TOOL = "forget_subject"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 
 Connect = Callable[[str], AbstractAsyncContextManager[Client]]
 
@@ -164,9 +173,36 @@ async def errors_scenario(connect: Connect, key: str, graphql: GraphQLClient) ->
             assert got["message"] == expected["message"], tool
 
 
+async def forget_scenario(connect: Connect, key: str, eraser_key: str) -> None:
+    """forget_subject is listed and works only for a key allowed to erase; after it, nothing of
+    the subject comes back."""
+    subject = f"subject-{uuid.uuid4().hex[:12]}"
+    async with connect(key) as client:
+        assert ERASING_TOOL not in {t.name for t in (await client.list_tools()).tools}
+        refused = error(await client.call_tool(ERASING_TOOL, {"subject": subject}))
+        assert refused["extensions"]["code"] == "FORBIDDEN"
+        assert "erase" in refused["message"]
+    async with connect(eraser_key) as eraser:
+        assert ERASING_TOOL in {t.name for t in (await eraser.list_tools()).tools}
+        data(
+            await eraser.call_tool(
+                "remember", {"subject": subject, "messages": [{"speaker": "Ann", "text": "I live in Lyon"}]}
+            )
+        )
+        data(await eraser.call_tool("assert_fact", {"subject": subject, "predicate": "city", "value": "Lyon"}))
+        before = data(
+            await eraser.call_tool("get_context", {"subject": subject, "query": "Where does Ann live, Lyon?"})
+        )
+        forgotten = data(await eraser.call_tool(ERASING_TOOL, {"subject": subject}))["forgetSubject"]
+        assert (forgotten["events"], forgotten["facts"], forgotten["traces"]) == (1, 1, 1)
+        after = data(await eraser.call_tool("get_context", {"subject": subject, "query": "Where does Ann live, Lyon?"}))
+        assert after["context"]["facts"] == [] and after["context"]["episodes"] == []
+        assert data(await eraser.call_tool("explain", {"trace_id": before["context"]["traceId"]}))["trace"] is None
+
+
 def tool_schemas_scenario(tools: list[Any]) -> None:
     """Every tool has a description and input and output schemas (valid JSON Schema)."""
-    assert {t.name for t in tools} == TOOLS
+    assert {t.name for t in tools} - {ERASING_TOOL} == TOOLS
     for tool in tools:
         assert len(tool.description or "") > 100, tool.name
         jsonschema.Draft202012Validator.check_schema(tool.input_schema)
@@ -210,6 +246,22 @@ async def live(runtime: Runtime, migrated: str) -> AsyncIterator[LiveServer]:
     await server.stop()
 
 
+async def eraser_key(rt: Runtime) -> str:
+    """A key of a fresh project that may also erase."""
+    new = core_keys.generate()
+    async with rt.pool.acquire() as conn:
+        await db_keys.insert_key(
+            conn,
+            f"project-{uuid.uuid4().hex[:12]}",
+            new.key_id,
+            new.key_hash,
+            new.prefix,
+            None,
+            scopes=["read", "write", "erase"],
+        )
+    return new.plain
+
+
 @pytest.fixture(scope="module")
 async def keys(runtime: Runtime) -> tuple[str, str]:
     return (
@@ -250,6 +302,12 @@ async def test_bad_input_gets_graphqls_code_and_message(
         await base.http.aclose()
 
 
+async def test_forget_subject_is_offered_to_and_run_for_a_key_allowed_to_erase_only(
+    live: LiveServer, runtime: Runtime, keys: tuple[str, str]
+) -> None:
+    await forget_scenario(http_connect(live.url), keys[0], await eraser_key(runtime))
+
+
 @pytest.mark.parametrize(
     ("headers", "message"),
     [
@@ -261,15 +319,9 @@ async def test_bad_input_gets_graphqls_code_and_message(
 async def test_a_request_without_a_valid_key_is_refused_before_the_transport(
     live: LiveServer, headers: dict[str, str], message: str
 ) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
     async with httpx.AsyncClient() as http:
         response = await http.post(
-            live.url, json=initialize, headers={**headers, "Accept": "application/json, text/event-stream"}
+            live.url, json=INITIALIZE, headers={**headers, "Accept": "application/json, text/event-stream"}
         )
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
@@ -282,3 +334,27 @@ async def test_the_sdk_client_without_a_key_cannot_connect(live: LiveServer) -> 
     with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a 401 varies by its version
         async with Client(live.url):
             pass
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Host": "127.0.0.1:8000"}, 200),
+        ({"Host": "localhost"}, 200),
+        ({"Host": "attacker.example"}, 421),
+        ({"Host": "127.0.0.1:8000", "Origin": "http://attacker.example"}, 403),
+    ],
+)
+async def test_keyless_development_mode_serves_loopback_host_names_only(
+    runtime: Runtime, headers: dict[str, str], status: int
+) -> None:
+    app = create_app(runtime.settings, runtime=runtime)  # development mode on 127.0.0.1: no key
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            response = await http.post(
+                "/mcp", json=INITIALIZE, headers={**headers, "Accept": "application/json, text/event-stream"}
+            )
+    assert response.status_code == status
+    if status == 200:
+        assert response.json()["result"]["serverInfo"]["name"] == "haki-context"

@@ -5,7 +5,10 @@ process per key; the embedded-database start is the slow test at the end.
 
 from __future__ import annotations
 
+import json
 import os
+import selectors
+import signal
 import subprocess
 import sys
 import uuid
@@ -16,7 +19,16 @@ from pathlib import Path
 import pytest
 from conftest import ProjectClient, client_for, new_project_key
 from mcp import Client, StdioServerParameters
-from test_mcp import Connect, conversation_scenario, data, errors_scenario, tool_schemas_scenario
+from test_mcp import (
+    ERASING_TOOL,
+    Connect,
+    conversation_scenario,
+    data,
+    eraser_key,
+    errors_scenario,
+    forget_scenario,
+    tool_schemas_scenario,
+)
 
 from haki_context.core.runtime import Runtime
 from haki_context.db import embedded
@@ -65,6 +77,12 @@ async def test_over_stdio_the_tools_and_their_errors_are_graphqls(
         await base.http.aclose()
 
 
+async def test_over_stdio_forget_subject_is_offered_to_and_run_for_a_key_allowed_to_erase_only(
+    migrated: str, runtime: Runtime, keys: tuple[str, str]
+) -> None:
+    await forget_scenario(stdio_connect({"HAKI_DATABASE_URL": migrated}), keys[0], await eraser_key(runtime))
+
+
 def run_command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*COMMAND, *args], env=server_env(**env), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
@@ -101,6 +119,7 @@ async def test_in_development_mode_it_starts_the_embedded_database_and_stops_it_
     data_dir = tmp_path / "data"
     subject = f"subject-{uuid.uuid4().hex[:12]}"
     async with development_server(data_dir) as client:
+        assert ERASING_TOOL in {t.name for t in (await client.list_tools()).tools}  # development mode may erase
         fact = data(await client.call_tool("assert_fact", {"subject": subject, "predicate": "city", "value": "Lyon"}))[
             "assertFact"
         ]["fact"]
@@ -111,3 +130,57 @@ async def test_in_development_mode_it_starts_the_embedded_database_and_stops_it_
     # The client closed stdin: the server stopped the database it had started.
     assert not embedded.postmaster_alive(pgdata)
     assert embedded.owner_pid(data_dir) is None
+
+
+def read_message(process: subprocess.Popen[bytes], timeout_s: float = 60) -> dict[str, object]:
+    """The next JSON-RPC message on the server's standard output."""
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        assert selector.select(timeout_s), "no answer from the server"
+    line = process.stdout.readline()
+    assert line, "the server closed its standard output"
+    message: dict[str, object] = json.loads(line)
+    return message
+
+
+def send(process: subprocess.Popen[bytes], message: dict[str, object] | bytes) -> None:
+    assert process.stdin is not None
+    process.stdin.write((message if isinstance(message, bytes) else json.dumps(message).encode()) + b"\n")
+    process.stdin.flush()
+
+
+@pytest.mark.slow
+def test_a_sigterm_stops_it_cleanly_and_an_oversized_message_is_dropped_alone(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = server_env(HAKI_DATA_DIR=str(data_dir), HAKI_MAX_BODY_BYTES="4096", HAKI_LOG_LEVEL="info")
+    process = subprocess.Popen(COMMAND, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        send(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            },
+        )
+        assert read_message(process)["id"] == 1
+        send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send(process, b'{"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"pad": "' + b"x" * 10_000 + b'"}}')
+        send(process, {"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        assert read_message(process)["id"] == 3  # the oversized message is dropped, the next one answered
+        pgdata = next(p.parent for p in data_dir.rglob("postmaster.pid"))
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.stderr is not None
+    log = process.stderr.read().decode()
+    assert "dropped a message of more than 4096 bytes (HAKI_MAX_BODY_BYTES)" in log
+    assert not embedded.postmaster_alive(pgdata)

@@ -117,6 +117,28 @@ query Explain($id: ID!) {
 """,
 )
 
+FORGET_SUBJECT = Operation(
+    "ForgetSubject",
+    """
+mutation ForgetSubject($subject: String!) {
+  forgetSubject(subjectId: $subject) {
+    erasureId
+    subjectId
+    forgottenAt
+    events
+    episodeChunks
+    facts
+    conflictSets
+    conflictMembers
+    traces
+    traceDecisions
+    scopeLexemes
+    scopeIndexes
+  }
+}
+""",
+)
+
 # The most facts one page holds (the `facts` field's limit); the resource reads page by page.
 FACTS_PAGE = 100
 
@@ -145,5 +167,3 @@ query ActiveFacts($subject: String!, $after: String) {{
 }}
 """,
 )
-
-TOOL_OPERATIONS = (GET_CONTEXT, REMEMBER, ASSERT_FACT, RETRACT_FACT, EXPLAIN)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any
 
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, ToolAnnotations
@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from pydantic.config import JsonDict
 
 from .. import __version__
+from ..core.auth import Scope
 from ..core.models import AssertMode, Volatility
 from .gateway import (
     Gateway,
@@ -32,7 +33,17 @@ from .gateway import (
     tool_error,
     tool_result,
 )
-from .operations import ACTIVE_FACTS, ASSERT_FACT, EXPLAIN, FACTS_PAGE, GET_CONTEXT, REMEMBER, RETRACT_FACT, Operation
+from .operations import (
+    ACTIVE_FACTS,
+    ASSERT_FACT,
+    EXPLAIN,
+    FACTS_PAGE,
+    FORGET_SUBJECT,
+    GET_CONTEXT,
+    REMEMBER,
+    RETRACT_FACT,
+    Operation,
+)
 
 # How a transport names the caller of a message (the HTTP request's key, the stdio process's).
 CallerOf = Callable[[ServerRequestContext[Any, Any]], Awaitable[Invocation]]
@@ -255,6 +266,14 @@ class MemoryTools:
         components (similarity, full-text rank, recency). `trace` is null for an unknown id."""
         return await self._run(EXPLAIN, {"id": trace_id}, ctx)
 
+    async def forget_subject(self, subject: Subject, ctx: Context[Any, Any]) -> CallToolResult:
+        """Erase everything the memory holds about a subject, for good: its events, facts,
+        conflicts and context traces. Only when the person asks to be forgotten (a right to
+        erasure) or their data must go; it cannot be undone. Needs a key allowed to erase.
+        Returns how many items of each kind were deleted, and the id of the audit record
+        (which holds the counts, never the content)."""
+        return await self._run(FORGET_SUBJECT, {"subject": subject}, ctx)
+
     def tools(self) -> list[Tool]:
         """The tools with their schemas and hints."""
         read = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -276,6 +295,14 @@ class MemoryTools:
                 EXPLAIN,
                 "Explain a context call",
                 ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+            ),
+            (
+                self.forget_subject,
+                FORGET_SUBJECT,
+                "Forget a subject",
+                ToolAnnotations(
+                    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+                ),
             ),
         ]
         return [self._tool(fn, operation, title, hints) for fn, operation, title, hints in specs]
@@ -301,6 +328,31 @@ class MemoryTools:
         return tool.model_copy(update={"fn_metadata": metadata})
 
 
+# The tool only a caller allowed to erase is shown.
+ERASING_TOOL = "forget_subject"
+
+
+class ErasingListedToErasers:
+    """Lists forget_subject only to a caller whose key holds the `erase` scope, so a model never
+    sees a tool its key cannot use. (A call to it without the scope is refused by GraphQL all the
+    same: FORBIDDEN.)"""
+
+    def __init__(self, caller_of: CallerOf) -> None:
+        self._caller_of = caller_of
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method != "tools/list" or not isinstance(result, dict):
+            return result
+        try:
+            allowed = Scope.ERASE in (await self._caller_of(ctx)).caller.scopes
+        except Exception:  # no caller (a key revoked meanwhile): nothing to erase with
+            allowed = False
+        if allowed:
+            return result
+        return {**result, "tools": [t for t in result.get("tools", []) if t.get("name") != ERASING_TOOL]}
+
+
 def build_server(
     gateway: Gateway,
     caller_of: CallerOf,
@@ -316,6 +368,7 @@ def build_server(
         version=__version__,
         tools=tools.tools(),
         lifespan=lifespan,
+        middleware=[ErasingListedToErasers(caller_of)],
     )
 
     async def read(operation: Operation, variables: dict[str, Any], ctx: Context[Any, Any]) -> dict[str, Any]:
