@@ -3,6 +3,7 @@ acknowledged write; left running by a server that was killed, it is adopted and 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
@@ -153,6 +154,41 @@ async def test_a_database_that_stays_down_is_one_line_lost_and_one_per_failure_k
         "the embedded PostgreSQL stopped (pid 4242); restarting it",
         "restarting the embedded PostgreSQL failed (OSError); retrying; its log is /nonexistent/pg/log",
     ]
+
+
+class _FlakyServer(_FakeServer):
+    """A server whose first two restarts fail in a way nobody expects, then one that works."""
+
+    def __init__(self) -> None:
+        self.restarts = 0
+        self.running = False
+
+    def alive(self) -> bool:
+        return self.running
+
+    def restart(self) -> None:
+        self.restarts += 1
+        if self.restarts <= 2:
+            raise RuntimeError("an unexpected failure")
+        self.running = True
+
+
+async def test_the_supervisor_outlives_an_unexpected_failure_and_restarts_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = _FlakyServer()
+    supervisor = Supervisor(server, _FakePool(), interval_s=0.01)  # type: ignore[arg-type]
+    task = asyncio.create_task(supervisor.run())
+    try:
+        with caplog.at_level(logging.INFO, logger="haki_context"):
+            async with asyncio.timeout(10):
+                while server.restarts < 3:
+                    await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+    assert server.running  # the third restart ran: the loop went on after the two failures
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in errors] == ["a check of the embedded PostgreSQL failed; checking again"]
 
 
 def test_background_jobs_log_one_line_per_failure_kind(caplog: pytest.LogCaptureFixture) -> None:

@@ -38,10 +38,21 @@ class Supervisor:
         self._restart_failures: set[str] = set()
 
     async def run(self) -> None:
-        """Check forever (the caller cancels the task when the server stops)."""
+        """Check forever (the caller cancels the task when the server stops).
+
+        A check that fails in a way it does not expect is logged (once per kind, with its
+        traceback: it is a bug) and the next check runs: the supervisor must outlive its own
+        failures, or a database that dies afterwards is never restarted.
+        """
+        failures: set[str] = set()
         while True:
             await asyncio.sleep(self._interval)
-            await self.check()
+            try:
+                await self.check()
+            except Exception as exc:
+                if type(exc).__name__ not in failures:
+                    failures.add(type(exc).__name__)
+                    log.error("a check of the embedded PostgreSQL failed; checking again", exc_info=exc)
 
     async def check(self) -> None:
         """One check: note a loss, try a restart, or note the recovery."""
