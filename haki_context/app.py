@@ -38,6 +38,7 @@ from .core.space import check_embedding_space
 from .core.supervisor import Supervisor
 from .cors import cors_middleware
 from .db import embedded, migrate
+from .export_http import export_subject
 from .mcp_server.http import McpEndpoint
 from .media_types import ACCEPTABLE, ResponseType, negotiate
 from .resolvers.context import build_context
@@ -485,6 +486,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
+        Route("/export", export_subject, methods=["GET"]),
         Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]

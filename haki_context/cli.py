@@ -1,4 +1,5 @@
-"""`haki-context serve | migrate | prune | reembed | build-model | index-scopes | keys create|list|revoke`.
+"""`haki-context serve | migrate | prune | reembed | build-model | index-scopes | keys create|list|revoke
+| forget | export | import`.
 
 Every operator error (a bad setting, a busy port, an unreachable database) ends the
 command with one line on stderr, `haki-context: error: <what> (<setting to change>)`,
@@ -18,16 +19,19 @@ import socket
 import sys
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
 
 import asyncpg
 
 from . import __version__
 from .core import keys as core_keys
+from .core.auth import Caller, Scope, parse_scopes
+from .core.errors import HakiError
 from .db import embedded, migrate
 from .db import keys as db_keys
+from .db.keys import DEFAULT_SCOPES
 from .settings import EmbedProvider, LogLevel, Settings, load_settings
 from .startup_errors import (
     DATA_DIR,
@@ -44,6 +48,8 @@ from .startup_errors import (
 )
 
 log = logging.getLogger("haki_context")
+
+T = TypeVar("T")
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -272,14 +278,18 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
         conn = await asyncpg.connect(dsn)
         try:
             if args.keys_command == "create":
+                scopes = sorted(_scopes(args.scope or list(DEFAULT_SCOPES)))
                 new = core_keys.generate()
-                await db_keys.insert_key(conn, args.project, new.key_id, new.key_hash, new.prefix, args.name)
-                print(f"created key {new.key_id} for project {args.project!r} (shown once; store it now):")
+                await db_keys.insert_key(conn, args.project, new.key_id, new.key_hash, new.prefix, args.name, scopes)
+                print(
+                    f"created key {new.key_id} for project {args.project!r} with scopes {','.join(scopes)}"
+                    " (shown once; store it now):"
+                )
                 print(new.plain)
             elif args.keys_command == "list":
                 for k in await db_keys.list_keys(conn, args.project):
                     state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
-                    print(f"{k.key_id}  {k.project_id}  {k.prefix}...  {k.name or '-'}  {state}")
+                    print(f"{k.key_id}  {k.project_id}  {k.prefix}...  {k.name or '-'}  {state}  {','.join(k.scopes)}")
             elif args.keys_command == "revoke":
                 if not await db_keys.revoke_key(conn, args.key_id):
                     raise StartupError(f"no active key {args.key_id}", "the key id: `keys list` shows them")
@@ -287,6 +297,118 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await conn.close()
     return 0
+
+
+def _scopes(names: list[str]) -> frozenset[str]:
+    try:
+        return frozenset(s.value for s in parse_scopes(names))
+    except HakiError as exc:
+        raise StartupError(exc.message, "--scope", exit_code=2) from exc
+
+
+async def _forget(settings: Settings, args: argparse.Namespace) -> int:
+    """Forget a subject as the operator (every scope, no key): core/erasure.py, as forgetSubject."""
+    from .core.erasure import forget_subject
+    from .core.runtime import open_pool
+
+    async with database(settings) as dsn:
+        await migrate.apply(dsn)
+        pool = await open_pool(dsn, settings, min_size=1, max_size=1)
+        try:
+            counts = await _as_operator_error(
+                forget_subject(pool, Caller.operator(args.project), args.subject), "--subject"
+            )
+        finally:
+            await pool.close()
+    print(
+        f"forgot subject {args.subject!r} of project {args.project!r}: {counts.events} event(s)"
+        f" ({counts.episode_chunks} chunk(s)), {counts.facts} fact(s), {counts.conflict_sets} conflict set(s),"
+        f" {counts.traces} trace(s), {counts.scope_indexes} scope index(es); audit record {counts.erasure_id}"
+    )
+    return 0
+
+
+async def _export(settings: Settings, args: argparse.Namespace) -> int:
+    """Write the subject's memory as JSON lines to --out (written whole, then moved in place) or stdout."""
+    from .core.portability import export_lines
+    from .core.runtime import open_pool
+
+    async with database(settings) as dsn:
+        await migrate.apply(dsn)
+        pool = await open_pool(dsn, settings, min_size=1, max_size=1)
+        try:
+            lines = export_lines(pool, Caller.operator(args.project), args.subject)
+            if args.out is None:
+                async for line in _as_operator_lines(lines):
+                    sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+                return 0
+            partial = args.out.with_name(args.out.name + ".partial")
+            n = 0
+            with partial.open("wb") as out:
+                async for line in _as_operator_lines(lines):
+                    out.write(line)
+                    n += 1
+            partial.replace(args.out)
+        finally:
+            await pool.close()
+    print(f"exported subject {args.subject!r} of project {args.project!r} to {args.out} ({n} lines)")
+    return 0
+
+
+async def _import(settings: Settings, args: argparse.Namespace) -> int:
+    """Load an export into a project, re-embedded with HAKI_EMBED_PROVIDER (core/portability.py)."""
+    from .core.embedder import Embedder, encoder_for
+    from .core.portability import import_lines
+    from .core.runtime import Runtime, open_pool
+    from .core.space import check_embedding_space
+
+    if settings.embed_provider is not EmbedProvider.HASHING:
+        _check_model_cache(settings, writable=False)
+    source = sys.stdin.buffer if str(args.file) == "-" else _open_export(args.file)
+    async with database(settings) as dsn:
+        await migrate.apply(dsn)
+        encoder = await asyncio.to_thread(encoder_for, settings)
+        embedder = Embedder(encoder, batch_size=settings.embed_batch_size)
+        pool = await open_pool(dsn, settings, min_size=1, max_size=1)
+        try:
+            await check_embedding_space(pool, embedder)
+            rt = Runtime(pool=pool, embedder=embedder, settings=settings)
+            counts = await _as_operator_error(
+                import_lines(rt, Caller.operator(args.project), source, args.subject), "the file, or --subject"
+            )
+        finally:
+            await pool.close()
+            embedder.close()
+            source.close()
+    print(
+        f"imported {counts.events} event(s), {counts.facts} fact(s) and {counts.conflict_sets} conflict set(s)"
+        f" into subject {counts.subject_id!r} of project {args.project!r}"
+    )
+    return 0
+
+
+def _open_export(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise StartupError(f"cannot read {path}: {exc.strerror}", "the file to import") from exc
+
+
+async def _as_operator_error(work: Awaitable[T], setting: str) -> T:
+    """A domain error (bad input, a file that is no export) as one operator error line naming `setting`."""
+    try:
+        return await work
+    except HakiError as exc:
+        raise StartupError(exc.message, setting) from exc
+
+
+async def _as_operator_lines(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        async for line in lines:
+            yield line
+    except HakiError as exc:
+        raise StartupError(exc.message, "--subject") from exc
 
 
 async def _prune(settings: Settings, days: float | None) -> int:
@@ -399,11 +521,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prune = sub.add_parser("prune", help="delete traces older than the retention (in batches)")
     prune.add_argument("--days", type=float, default=None, help="default: HAKI_TRACE_RETENTION_DAYS")
+    forget = sub.add_parser(
+        "forget", help="delete everything a project holds about a subject (one transaction, audited)"
+    )
+    forget.add_argument("--project", required=True)
+    forget.add_argument("--subject", required=True)
+    export = sub.add_parser("export", help="write a subject's events, facts and conflict sets as JSON lines")
+    export.add_argument("--project", required=True)
+    export.add_argument("--subject", required=True)
+    export.add_argument("--out", type=Path, default=None, help="the file to write (default: standard output)")
+    load = sub.add_parser("import", help="load an export into a project, re-embedding it (into an empty subject)")
+    load.add_argument("--project", required=True)
+    load.add_argument("--subject", default=None, help="the subject to load into (default: the exported one)")
+    load.add_argument("file", type=Path, help="the export (JSON lines); - reads standard input")
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", help="create a key; it is printed once, on the last line")
     create.add_argument("--project", required=True)
     create.add_argument("--name", default=None)
+    create.add_argument(
+        "--scope",
+        action="append",
+        choices=[s.value for s in Scope],
+        help="what the key may do; repeat for several (default: read and write; erase only when named)",
+    )
     listing = keys_sub.add_parser("list", help="list keys (never the keys themselves)")
     listing.add_argument("--project", default=None)
     revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
@@ -457,6 +598,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(_migrate(settings))
     if command == "keys":
         return asyncio.run(_keys(settings, args))
+    if command in ("forget", "export", "import"):
+        handlers = {"forget": _forget, "export": _export, "import": _import}
+        return asyncio.run(handlers[command](settings, args))
     if command == "prune":
         return asyncio.run(_prune(settings, args.days))
     if command == "build-model":

@@ -116,10 +116,6 @@ class Authenticator:
             raise Unauthenticated("the API key is not valid (unknown or revoked)")
         return caller
 
-    async def project_for(self, authorization: str | None) -> str:
-        """The caller's project alone (`caller_for` also says what the caller may do)."""
-        return (await self.caller_for(authorization)).project_id
-
 
 _DEV_CALLER = Caller(DEV_PROJECT, ALL_SCOPES, None, Origin.DEVELOPMENT)
 
