@@ -2,8 +2,8 @@
 
 One server per test session: a subprocess on a free loopback port, with its own temporary data
 directory (its own embedded PostgreSQL), development mode on (requests without a key use the
-project `default`) and the hashing embedder. Two keys are created with `haki-context keys create`
-against the same data directory while it runs, for two other projects.
+project `default`) and the hashing embedder. Keys are created with `haki-context keys create`
+against the same data directory while it runs (see LiveServer).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ class LiveServer:
     """A key of project `client-tests`."""
     other_key: str
     """A key of project `client-tests-other`."""
+    eraser_key: str
+    """A key of project `client-tests` that may also erase (scopes read, write, erase)."""
+    reader_key: str
+    """A read-only key of project `client-tests`."""
 
 
 def _free_port() -> int:
@@ -70,9 +74,10 @@ def _log_tail(path: Path, lines: int = 30) -> str:
     return ""
 
 
-def _create_key(env: dict[str, str], project: str) -> str:
+def _create_key(env: dict[str, str], project: str, *scopes: str) -> str:
+    named = [arg for scope in scopes for arg in ("--scope", scope)]
     done = subprocess.run(
-        [sys.executable, "-m", "haki_context.cli", "keys", "create", "--project", project],
+        [sys.executable, "-m", "haki_context.cli", "keys", "create", "--project", project, *named],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -139,7 +144,11 @@ def live_server() -> Iterator[LiveServer]:
                         break
                 time.sleep(0.2)
         yield LiveServer(
-            url=url, key=_create_key(env, "client-tests"), other_key=_create_key(env, "client-tests-other")
+            url=url,
+            key=_create_key(env, "client-tests"),
+            other_key=_create_key(env, "client-tests-other"),
+            eraser_key=_create_key(env, "client-tests", "read", "write", "erase"),
+            reader_key=_create_key(env, "client-tests", "read"),
         )
     finally:
         if process.poll() is None:

@@ -180,17 +180,30 @@ def test_execute_runs_any_document_with_the_same_key(live_server: LiveServer, su
 
 
 def test_forget_subject_deletes_what_the_project_holds_about_the_subject(live_server: LiveServer, subject: str) -> None:
-    # Development mode grants every scope to a keyless caller (project `default`).
-    with HakiClientSync(live_server.url) as haki:
+    with HakiClientSync(live_server.url, api_key=live_server.key) as haki:
         events = haki.remember(subject, CONVERSATION)
         haki.assert_fact(subject, "invoice_language", "French", source_event_ids=[events[0].id])
         packet = haki.context(subject, QUESTION)
-        forgotten = haki.forget_subject(subject)
-        assert forgotten.subject_id == subject and forgotten.erasure_id
-        assert (forgotten.events, forgotten.facts, forgotten.traces) == (2, 1, 1)
+    with HakiClientSync(live_server.url, api_key=live_server.eraser_key) as eraser:
+        forgotten = eraser.forget_subject(subject)
+    assert forgotten.subject_id == subject and forgotten.erasure_id
+    assert (forgotten.events, forgotten.facts, forgotten.traces) == (2, 1, 1)
+    with HakiClientSync(live_server.url, api_key=live_server.key) as haki:
         assert haki.facts(subject).edges == [] and haki.events(subject).edges == []
         assert haki.traces(subject_id=subject).edges == [] and haki.trace(packet.trace_id) is None
         assert haki.context(subject, QUESTION).facts == []
+        assert [line.get("type") for line in haki.export_subject(subject)] == [None, "end"]
+
+
+def test_a_read_only_key_reads_and_exports_but_cannot_write(live_server: LiveServer, subject: str) -> None:
+    with HakiClientSync(live_server.url, api_key=live_server.key) as writer:
+        writer.assert_fact(subject, "colour", "blue")
+    with HakiClientSync(live_server.url, api_key=live_server.reader_key) as reader:
+        assert "blue" in reader.context(subject, "Which colour?").rendered
+        assert [line.get("type") for line in reader.export_subject(subject)] == [None, "fact", "end"]
+        with pytest.raises(ForbiddenError) as raised:
+            reader.assert_fact(subject, "colour", "red")
+    assert raised.value.code == "FORBIDDEN"
 
 
 async def test_forget_subject_needs_a_key_with_the_erase_scope(live_server: LiveServer, subject: str) -> None:
@@ -200,3 +213,26 @@ async def test_forget_subject_needs_a_key_with_the_erase_scope(live_server: Live
             await haki.forget_subject(subject)
         assert raised.value.code == "FORBIDDEN"
         assert await haki.fact(fact.id) is not None
+
+
+def test_export_subject_streams_the_header_every_record_and_the_end_line(live_server: LiveServer, subject: str) -> None:
+    with HakiClientSync(live_server.url, api_key=live_server.key) as haki:
+        events = haki.remember(subject, CONVERSATION)
+        fact = haki.assert_fact(subject, "invoice_language", "French", source_event_ids=[events[1].id]).fact
+        lines = list(haki.export_subject(subject))
+    header, *records, end = lines
+    assert header["format"] == "haki-context/subject" and header["subjectId"] == subject
+    assert sorted(r["id"] for r in records if r["type"] == "event") == sorted(e.id for e in events)
+    (exported,) = [r for r in records if r["type"] == "fact"]
+    assert (exported["id"], exported["value"], exported["sourceEventIds"]) == (fact.id, "French", [events[1].id])
+    assert end == {"type": "end", "events": 2, "facts": 1, "conflicts": 0}
+
+
+async def test_the_async_export_streams_too_and_a_bad_key_is_refused(live_server: LiveServer, subject: str) -> None:
+    async with HakiClient(live_server.url, api_key=live_server.key) as haki:
+        await haki.record_event(subject, "note", {"text": "hello"})
+        kinds = [line.get("type") async for line in haki.export_subject(subject)]
+    assert kinds == [None, "event", "end"]
+    async with HakiClient(live_server.url, api_key="hk_" + "y" * 43) as wrong:
+        with pytest.raises(UnauthenticatedError):
+            [line async for line in wrong.export_subject(subject)]

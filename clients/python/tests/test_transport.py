@@ -238,3 +238,42 @@ def test_the_sync_and_async_clients_offer_the_same_methods() -> None:
         }
 
     assert public(HakiClient) == public(HakiClientSync)
+
+
+HEADER = {"format": "haki-context/subject", "version": 1, "subjectId": "s", "exportedAt": "2026-08-01T10:00:00+00:00"}
+EVENT = {"type": "event", "id": "e1", "kind": "note", "payload": {}}
+
+
+def ndjson(*records: dict[str, object]) -> httpx.Response:
+    body = "".join(json.dumps(r) + "\n" for r in records)
+    return httpx.Response(200, text=body, headers={"Content-Type": "application/x-ndjson"})
+
+
+def test_an_export_cut_before_its_end_line_raises_after_the_lines_it_got() -> None:
+    from haki_context_client import IncompleteExportError
+
+    script = Script(ndjson(HEADER, EVENT))
+    got: list[dict[str, object]] = []
+    with sync_client(script) as haki, pytest.raises(IncompleteExportError) as raised:
+        for line in haki.export_subject("s"):
+            got.append(line)
+    assert got == [HEADER, EVENT]
+    assert raised.value.code == "INCOMPLETE_EXPORT"
+
+
+def test_an_export_whose_end_line_miscounts_is_incomplete() -> None:
+    from haki_context_client import IncompleteExportError
+
+    script = Script(ndjson(HEADER, EVENT, {"type": "end", "events": 2, "facts": 0, "conflicts": 0}))
+    with sync_client(script) as haki, pytest.raises(IncompleteExportError):
+        list(haki.export_subject("s"))
+
+
+async def test_an_export_refused_as_unavailable_is_retried_before_any_line() -> None:
+    end = {"type": "end", "events": 1, "facts": 0, "conflicts": 0}
+    script = Script(unavailable(), ndjson(HEADER, EVENT, end))
+    async with HakiClient("http://haki.test", retry=NO_WAIT, transport=httpx.MockTransport(script)) as haki:
+        lines = [line async for line in haki.export_subject("s")]
+    assert lines == [HEADER, EVENT, end]
+    assert [r.url.path for r in script.requests] == ["/export", "/export"]
+    assert script.requests[0].url.params["subjectId"] == "s"

@@ -136,6 +136,13 @@ def ndjson_error(response: httpx.Response, body: bytes) -> HakiError:
     return HttpStatusError(f"HTTP {response.status_code}", status_code=response.status_code)
 
 
+def _retry_wait(retry: RetryPolicy, error: HakiError, failed: int, started: float) -> float | None:
+    """Seconds before the next try after `error`; None when it is not retried or no try is left."""
+    if not isinstance(error, UnavailableError):
+        return None
+    return retry.delay(failed, error.retry_after, time.monotonic() - started)
+
+
 def _headers(api_key: str | None, extra: Mapping[str, str] | None) -> dict[str, str]:
     headers = {"Accept": ACCEPT, "User-Agent": "haki-context-client"}
     if api_key is not None:
@@ -183,22 +190,32 @@ class AsyncTransport:
                 return graphql_data(response)
             except UnavailableError as error:
                 failed += 1
-                wait = self.retry.delay(failed, error.retry_after, time.monotonic() - started)
+                wait = _retry_wait(self.retry, error, failed, started)
                 if wait is None:
                     raise
                 await asyncio.sleep(wait)
 
     async def stream_lines(self, path: str, params: Mapping[str, str]) -> AsyncIterator[str]:
-        """The non-empty lines of a streamed GET (no retry: a stream may have been half read)."""
-        try:
-            async with self.http.stream("GET", path, params=params, headers={"Accept": NDJSON}) as response:
-                if not response.is_success:
-                    raise ndjson_error(response, await response.aread())
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        yield line
-        except httpx.HTTPError as exc:
-            raise TransportError(f"no answer from {self.base_url}: {exc!r}") from exc
+        """The non-empty lines of a streamed GET. A refusal (which comes before any line) is
+        raised as a HakiError, after the retries for UNAVAILABLE; a stream cut once lines flow
+        is not retried (its lines were handed out)."""
+        started, failed = time.monotonic(), 0
+        while True:
+            try:
+                async with self.http.stream("GET", path, params=params, headers={"Accept": NDJSON}) as response:
+                    if response.is_success:
+                        async for line in response.aiter_lines():
+                            if line.strip():
+                                yield line
+                        return
+                    refusal = ndjson_error(response, await response.aread())
+            except httpx.HTTPError as exc:
+                raise TransportError(f"no answer from {self.base_url}: {exc!r}") from exc
+            failed += 1
+            wait = _retry_wait(self.retry, refusal, failed, started)
+            if wait is None:
+                raise refusal
+            await asyncio.sleep(wait)
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -237,22 +254,32 @@ class SyncTransport:
                 return graphql_data(response)
             except UnavailableError as error:
                 failed += 1
-                wait = self.retry.delay(failed, error.retry_after, time.monotonic() - started)
+                wait = _retry_wait(self.retry, error, failed, started)
                 if wait is None:
                     raise
                 time.sleep(wait)
 
     def stream_lines(self, path: str, params: Mapping[str, str]) -> Iterator[str]:
-        """The non-empty lines of a streamed GET (no retry: a stream may have been half read)."""
-        try:
-            with self.http.stream("GET", path, params=params, headers={"Accept": NDJSON}) as response:
-                if not response.is_success:
-                    raise ndjson_error(response, response.read())
-                for line in response.iter_lines():
-                    if line.strip():
-                        yield line
-        except httpx.HTTPError as exc:
-            raise TransportError(f"no answer from {self.base_url}: {exc!r}") from exc
+        """The non-empty lines of a streamed GET. A refusal (which comes before any line) is
+        raised as a HakiError, after the retries for UNAVAILABLE; a stream cut once lines flow
+        is not retried (its lines were handed out)."""
+        started, failed = time.monotonic(), 0
+        while True:
+            try:
+                with self.http.stream("GET", path, params=params, headers={"Accept": NDJSON}) as response:
+                    if response.is_success:
+                        for line in response.iter_lines():
+                            if line.strip():
+                                yield line
+                        return
+                    refusal = ndjson_error(response, response.read())
+            except httpx.HTTPError as exc:
+                raise TransportError(f"no answer from {self.base_url}: {exc!r}") from exc
+            failed += 1
+            wait = _retry_wait(self.retry, refusal, failed, started)
+            if wait is None:
+                raise refusal
+            time.sleep(wait)
 
     def close(self) -> None:
         """Close the connection pool."""

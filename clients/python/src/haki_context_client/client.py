@@ -8,7 +8,7 @@ server's code; UNAVAILABLE is retried first (see `RetryPolicy`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -19,6 +19,7 @@ from ._generated.async_operations import AsyncOperations
 from ._generated.base_model import UNSET, UnsetType
 from ._generated.sync_operations import SyncOperations
 from ._transport import AsyncTransport, RetryPolicy, SyncTransport
+from .export import ExportCheck
 from .types import (
     AssertMode,
     ContextPacket,
@@ -256,12 +257,22 @@ class HakiClient:
         """Take a fact out of service (RETRACTED); it stays readable."""
         return (await self.operations.retract_fact(fact_id, _given(reason))).retract_fact
 
-    # ---------------------------------------------------------------- erasure
+    # ------------------------------------------------------- forget and export
 
     async def forget_subject(self, subject_id: str) -> ForgetResult:
         """Delete everything the project holds about the subject, in one transaction (the key needs
         the `erase` scope); the counts deleted per kind."""
         return (await self.operations.forget_subject(subject_id)).forget_subject
+
+    async def export_subject(self, subject_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The subject's memory as it streams from `GET /export` (the key needs the `read` scope):
+        the header, each event, fact and conflict set, then the `end` line, one dict per line
+        (`json.dumps` of each, one per line, is a file `haki-context import` reads). Errors come
+        while iterating; a stream cut short raises IncompleteExportError after its last line."""
+        check = ExportCheck(subject_id)
+        async for line in self._transport.stream_lines("/export", {"subjectId": subject_id}):
+            yield check.parse(line)
+        check.finish()
 
 
 class HakiClientSync:
@@ -418,9 +429,19 @@ class HakiClientSync:
         """Take a fact out of service (RETRACTED); it stays readable."""
         return self.operations.retract_fact(fact_id, _given(reason)).retract_fact
 
-    # ---------------------------------------------------------------- erasure
+    # ------------------------------------------------------- forget and export
 
     def forget_subject(self, subject_id: str) -> ForgetResult:
         """Delete everything the project holds about the subject, in one transaction (the key needs
         the `erase` scope); the counts deleted per kind."""
         return self.operations.forget_subject(subject_id).forget_subject
+
+    def export_subject(self, subject_id: str) -> Iterator[dict[str, Any]]:
+        """The subject's memory as it streams from `GET /export` (the key needs the `read` scope):
+        the header, each event, fact and conflict set, then the `end` line, one dict per line
+        (`json.dumps` of each, one per line, is a file `haki-context import` reads). Errors come
+        while iterating; a stream cut short raises IncompleteExportError after its last line."""
+        check = ExportCheck(subject_id)
+        for line in self._transport.stream_lines("/export", {"subjectId": subject_id}):
+            yield check.parse(line)
+        check.finish()

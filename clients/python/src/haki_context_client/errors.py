@@ -15,6 +15,7 @@
     ├── InternalError           INTERNAL              masked by the server, with a reference
     ├── HttpStatusError         HTTP_ERROR            a non-2xx answer without GraphQL errors
     ├── InvalidResponseError    INVALID_RESPONSE      an answer that is no GraphQL response
+    ├── IncompleteExportError   INCOMPLETE_EXPORT     an export stream that ended without its last line
     └── TransportError          TRANSPORT_ERROR       no answer: connection refused, reset, timed out
 
 A code this client does not know yet is raised as a plain `HakiError` with that code.
@@ -144,6 +145,13 @@ class InvalidResponseError(HakiError):
     """A 2xx answer that is not a GraphQL response (not JSON, or neither `data` nor `errors`)."""
 
     code = "INVALID_RESPONSE"
+
+
+class IncompleteExportError(HakiError):
+    """An export stream ended without its closing `{"type": "end"}` line, or with counts that
+    disagree with the records before it: the connection was cut; export again."""
+
+    code = "INCOMPLETE_EXPORT"
 
 
 class TransportError(HakiError):
