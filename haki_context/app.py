@@ -487,7 +487,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/readyz", readyz, methods=["GET"]),
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
         Route("/export", export_subject, methods=["GET"]),
-        Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
+        Route("/mcp", mcp, methods=["POST"]),  # stateless: no stream to GET, no session to DELETE
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(settings))

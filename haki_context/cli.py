@@ -550,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys_sub.add_parser("revoke", help="revoke a key by its id")
     revoke.add_argument("key_id")
     mcp = sub.add_parser("mcp", help="serve the MCP server over stdio, for an agent that spawns it (docs/agents.md)")
-    mcp.add_argument("--key", default=None, help="the project's API key (HAKI_API_KEY); none: development mode's project")
+    mcp.add_argument("--key", default=None, help="the project's API key (default: HAKI_API_KEY)")
     return parser
 
 

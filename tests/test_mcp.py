@@ -23,6 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from haki_context.app import create_app
 from haki_context.core import keys as core_keys
@@ -31,6 +32,7 @@ from haki_context.db import keys as db_keys
 
 TOOLS = {"get_context", "remember", "assert_fact", "retract_fact", "explain"}
 ERASING_TOOL = "forget_subject"
+MAX_BODY_BYTES = 100_000  # the live server's HAKI_MAX_BODY_BYTES
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -58,11 +60,13 @@ def error(result: CallToolResult) -> dict[str, Any]:
     return first
 
 
-async def conversation_scenario(connect: Connect, key: str, other_key: str) -> None:
+async def conversation_scenario(connect: Connect, key: str, other_key: str, mode: str) -> None:
     """Record a conversation, assert a fact, get context holding both, explain it; then the
     other project's key sees none of it. Shared by both transports."""
     subject = f"subject-{uuid.uuid4().hex[:12]}"
     async with connect(key) as client:
+        versions = HANDSHAKE_PROTOCOL_VERSIONS if mode == "legacy" else MODERN_PROTOCOL_VERSIONS
+        assert client.protocol_version in versions
         recorded = data(
             await client.call_tool(
                 "remember",
@@ -240,7 +244,8 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 async def live(runtime: Runtime, migrated: str) -> AsyncIterator[LiveServer]:
-    server = LiveServer(create_app(make_settings(migrated, dev_mode=False), runtime=runtime))
+    settings = make_settings(migrated, dev_mode=False, max_body_bytes=MAX_BODY_BYTES)
+    server = LiveServer(create_app(settings, runtime=runtime))
     await server.start()
     yield server
     await server.stop()
@@ -270,10 +275,15 @@ async def keys(runtime: Runtime) -> tuple[str, str]:
     )
 
 
-def http_connect(url: str) -> Connect:
+# The SDK client's modes: `auto` settles on the current protocol (no handshake), `legacy` runs the
+# initialize handshake that desktop clients still use.
+MODES = ["auto", "legacy"]
+
+
+def http_connect(url: str, mode: str = "auto") -> Connect:
     def connect(key: str) -> AbstractAsyncContextManager[Client]:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
-        return Client(streamable_http_client(url, http_client=http))
+        return Client(streamable_http_client(url, http_client=http), mode=mode)
 
     return connect
 
@@ -285,10 +295,11 @@ async def test_the_tools_are_listed_with_a_description_and_schemas(live: LiveSer
     assert templates == {"haki://subjects/{subject}/facts", "haki://traces/{trace_id}"}
 
 
+@pytest.mark.parametrize("mode", MODES)
 async def test_a_conversation_and_a_fact_come_back_in_context_explained_and_only_to_their_project(
-    live: LiveServer, keys: tuple[str, str]
+    live: LiveServer, keys: tuple[str, str], mode: str
 ) -> None:
-    await conversation_scenario(http_connect(live.url), *keys)
+    await conversation_scenario(http_connect(live.url, mode), *keys, mode)
 
 
 async def test_bad_input_gets_graphqls_code_and_message(
@@ -328,6 +339,30 @@ async def test_a_request_without_a_valid_key_is_refused_before_the_transport(
     body = response.json()
     assert body["error"]["message"] == message
     assert body["error"]["data"] == {"code": "UNAUTHENTICATED"}
+
+
+async def test_a_body_over_the_limit_is_refused(live: LiveServer, keys: tuple[str, str]) -> None:
+    remember = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "remember",
+            "arguments": {"subject": "s", "messages": [{"speaker": "a", "text": "x" * MAX_BODY_BYTES}]},
+        },
+    }
+    headers = {"Authorization": f"Bearer {keys[0]}", "Accept": "application/json, text/event-stream"}
+    async with httpx.AsyncClient() as http:
+        response = await http.post(live.url, json=remember, headers=headers)
+    assert response.status_code == 413
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+async def test_no_stream_is_held_open_and_no_session_kept(live: LiveServer, method: str) -> None:
+    # Every request stands alone: the spec's answer for a server that offers no GET stream is 405.
+    async with httpx.AsyncClient() as http:
+        response = await http.request(method, live.url, headers={"Accept": "text/event-stream"})
+    assert response.status_code == 405
 
 
 async def test_the_sdk_client_without_a_key_cannot_connect(live: LiveServer) -> None:

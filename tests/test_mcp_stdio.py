@@ -21,6 +21,7 @@ from conftest import ProjectClient, client_for, new_project_key
 from mcp import Client, StdioServerParameters
 from test_mcp import (
     ERASING_TOOL,
+    MODES,
     Connect,
     conversation_scenario,
     data,
@@ -42,10 +43,10 @@ def server_env(**extra: str) -> dict[str, str]:
     return {**env, "HAKI_EMBED_PROVIDER": "hashing", "HAKI_LOG_LEVEL": "warning", **extra}
 
 
-def stdio_connect(env: dict[str, str]) -> Connect:
+def stdio_connect(env: dict[str, str], mode: str = "auto") -> Connect:
     def connect(key: str) -> AbstractAsyncContextManager[Client]:
         params = StdioServerParameters(command=COMMAND[0], args=COMMAND[1:], env=server_env(**env, HAKI_API_KEY=key))
-        return Client(params, read_timeout_seconds=60)
+        return Client(params, read_timeout_seconds=60, mode=mode)
 
     return connect
 
@@ -58,10 +59,11 @@ async def keys(runtime: Runtime) -> tuple[str, str]:
     )
 
 
+@pytest.mark.parametrize("mode", MODES)
 async def test_over_stdio_a_conversation_and_a_fact_come_back_explained_and_only_to_their_project(
-    migrated: str, keys: tuple[str, str]
+    migrated: str, keys: tuple[str, str], mode: str
 ) -> None:
-    await conversation_scenario(stdio_connect({"HAKI_DATABASE_URL": migrated}), *keys)
+    await conversation_scenario(stdio_connect({"HAKI_DATABASE_URL": migrated}, mode), *keys, mode)
 
 
 async def test_over_stdio_the_tools_and_their_errors_are_graphqls(
