@@ -201,6 +201,7 @@ class Load:
     errors: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
     successes: list[tuple[float, float]] = field(default_factory=list)  # (started, ended), monotonic
+    refusals: list[float] = field(default_factory=list)  # when each refused call started
     events: list[str] = field(default_factory=list)
     facts: list[str] = field(default_factory=list)
     traces: list[tuple[str, float]] = field(default_factory=list)  # (id, answered at)
@@ -233,6 +234,7 @@ class Load:
             ended = time.monotonic()
             self.calls += 1
             if data is None:
+                self.refusals.append(started)
                 await asyncio.sleep(0.05)  # a refused call: do not spin
                 continue
             self.latencies_ms.append((ended - started) * 1000)
@@ -263,8 +265,21 @@ class Load:
             return None
         return dict(body["data"])
 
-    def recovered_after(self, fault_at: float) -> float | None:
-        ends = [end for start, end in self.successes if start >= fault_at]
+    def recovered_after(self, fault_at: float, quiet_s: float = 3.0) -> float | None:
+        """Seconds from the fault to the first answer after it showed, or None while it lasts.
+
+        Connections open before a kill of the postmaster may still answer for a moment, so
+        the outage begins at the first refused call after the fault; a fault that refuses
+        nothing within `quiet_s` did not show, and the first answer after it counts.
+        """
+        refused = [t for t in self.refusals if t >= fault_at]
+        if refused:
+            since = min(refused)
+        elif time.monotonic() - fault_at >= quiet_s:
+            since = fault_at
+        else:
+            return None
+        ends = [end for start, end in self.successes if start >= since]
         return min(ends) - fault_at if ends else None
 
     def figures(self) -> dict[str, Any]:

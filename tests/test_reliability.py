@@ -41,9 +41,10 @@ def harness(tmp_path: Path, *args: str, timeout: float = 400) -> list[dict[str, 
 
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], dict[str, Any]]:
-    """Every fault once, short: 2 s of load before, 2 s after, the database down 3 s."""
+    """Every fault once, short: 2 s of load before, 2 s after, the database down 3 s; service
+    must be back within 15 s of each fault (docs/operations.md, "Reliability")."""
     args = ["faults", "--clients", "4", "--before", "2", "--after", "2", "--stop-seconds", "3"]
-    results = harness(tmp_path_factory.mktemp("faults"), *args, "--recover-timeout", "10")
+    results = harness(tmp_path_factory.mktemp("faults"), *args, "--recover-timeout", "15")
     return {(r["fault"], r["durable_traces"]): r for r in results}
 
 
@@ -88,9 +89,6 @@ def test_kill_9_of_postgres_without_durable_traces_loses_no_write(
     assert result["lost_traces"] <= result["acknowledged"]["traces"]
 
 
-# Known flaky: in one CI run of several the harness saw no recovery within its 10 s window
-# after a kill -9 of the postmaster; the cause is not found yet, so a miss is reported, not failed.
-@pytest.mark.xfail(strict=False, reason="recovery after kill -9 is occasionally not seen within 10 s (cause unknown)")
 @pytest.mark.parametrize("durable", [True, False])
 def test_kill_9_of_postgres_is_recovered_by_the_server(
     faults: dict[tuple[str, bool], dict[str, Any]], durable: bool
