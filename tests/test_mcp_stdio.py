@@ -1,10 +1,12 @@
 """`haki-context mcp`: the MCP server over stdio, spawned as an agent spawns it, driven by the
 SDK's own client. It runs on the test database (HAKI_DATABASE_URL, so keys are required), one
-process per key; the embedded-database start is the slow test at the end.
+process per key and protocol era for the whole module; the embedded-database starts are the
+slow tests at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import selectors
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -43,12 +45,54 @@ def server_env(**extra: str) -> dict[str, str]:
     return {**env, "HAKI_EMBED_PROVIDER": "hashing", "HAKI_LOG_LEVEL": "warning", **extra}
 
 
-def stdio_connect(env: dict[str, str], mode: str = "auto") -> Connect:
-    def connect(key: str) -> AbstractAsyncContextManager[Client]:
-        params = StdioServerParameters(command=COMMAND[0], args=COMMAND[1:], env=server_env(**env, HAKI_API_KEY=key))
-        return Client(params, read_timeout_seconds=60, mode=mode)
+class Servers:
+    """One `haki-context mcp` per key and mode for the module, each with its client held open by a
+    task of its own: the SDK's client must be left in the task that entered it, and a fixture's
+    setup and teardown run in two."""
 
-    return connect
+    def __init__(self, database_url: str) -> None:
+        self._env = {"HAKI_DATABASE_URL": database_url}
+        self._held: dict[tuple[str, str], tuple[Client, asyncio.Event, asyncio.Task[None]]] = {}
+
+    def connect(self, mode: str = "auto") -> Connect:
+        @asynccontextmanager
+        async def connect(key: str) -> AsyncIterator[Client]:
+            yield await self._client(key, mode)
+
+        return connect
+
+    async def _client(self, key: str, mode: str) -> Client:
+        if (key, mode) not in self._held:
+            env = server_env(**self._env, HAKI_API_KEY=key)
+            params = StdioServerParameters(command=COMMAND[0], args=COMMAND[1:], env=env)
+            ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+            done = asyncio.Event()
+
+            async def hold() -> None:
+                try:
+                    async with Client(params, read_timeout_seconds=60, mode=mode) as client:
+                        ready.set_result(client)
+                        await done.wait()
+                except BaseException as exc:
+                    if not ready.done():
+                        ready.set_exception(exc)
+                    raise
+
+            task = asyncio.create_task(hold())
+            self._held[key, mode] = (await ready, done, task)
+        return self._held[key, mode][0]
+
+    async def close(self) -> None:
+        for _, done, _task in self._held.values():
+            done.set()
+        await asyncio.gather(*(task for _, _, task in self._held.values()))
+
+
+@pytest.fixture(scope="module")
+async def servers(migrated: str) -> AsyncIterator[Servers]:
+    held = Servers(migrated)
+    yield held
+    await held.close()
 
 
 @pytest.fixture(scope="module")
@@ -61,15 +105,15 @@ async def keys(runtime: Runtime) -> tuple[str, str]:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_over_stdio_a_conversation_and_a_fact_come_back_explained_and_only_to_their_project(
-    migrated: str, keys: tuple[str, str], mode: str
+    servers: Servers, keys: tuple[str, str], mode: str
 ) -> None:
-    await conversation_scenario(stdio_connect({"HAKI_DATABASE_URL": migrated}, mode), *keys, mode)
+    await conversation_scenario(servers.connect(mode), *keys, mode)
 
 
 async def test_over_stdio_the_tools_and_their_errors_are_graphqls(
-    migrated: str, runtime: Runtime, keys: tuple[str, str]
+    servers: Servers, runtime: Runtime, keys: tuple[str, str]
 ) -> None:
-    connect = stdio_connect({"HAKI_DATABASE_URL": migrated})
+    connect = servers.connect()
     async with connect(keys[0]) as client:
         tool_schemas_scenario((await client.list_tools()).tools)
     base = client_for(runtime)
@@ -80,9 +124,9 @@ async def test_over_stdio_the_tools_and_their_errors_are_graphqls(
 
 
 async def test_over_stdio_forget_subject_is_offered_to_and_run_for_a_key_allowed_to_erase_only(
-    migrated: str, runtime: Runtime, keys: tuple[str, str]
+    servers: Servers, runtime: Runtime, keys: tuple[str, str]
 ) -> None:
-    await forget_scenario(stdio_connect({"HAKI_DATABASE_URL": migrated}), keys[0], await eraser_key(runtime))
+    await forget_scenario(servers.connect(), keys[0], await eraser_key(runtime))
 
 
 def run_command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
