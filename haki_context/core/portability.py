@@ -22,8 +22,10 @@ the import (recency and the volatility horizons read those dates, so the packets
 differ). Every record passes the input rules of the write path (core/limits.py) and is
 embedded on the way in. Ids are new (a mapping keeps sourceEventIds, supersededBy and conflict
 members pointing at the new rows): the same file can then be imported twice, into the same
-project under another subject too, without a clash. The whole import is one transaction, under
-the target subject's erase lock, into a subject that holds nothing yet.
+project under another subject too, without a clash, and an import never takes an id another
+subject holds. They are made in the file's order (`_NewIds`), so ties the packet breaks by id
+keep their order. The whole import is one transaction, under the target subject's erase lock,
+into a subject that holds nothing yet.
 """
 
 from __future__ import annotations

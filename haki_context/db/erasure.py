@@ -17,33 +17,21 @@ import orjson
 
 from .scope_indexes import TABLES, IndexKind, index_name
 
-# The kinds of rows deleted, in the order they are deleted (children before their parents).
-KINDS = (
-    "episode_chunks",
-    "events",
-    "conflict_members",
-    "conflict_sets",
-    "facts",
-    "traces",
-    "trace_decisions",
-    "scope_lexemes",
-    "scope_indexes",
-    "subject_counters",
-)
-
-_DELETES = {
-    "episode_chunks": "DELETE FROM episode_chunks WHERE project_id = $1 AND subject_id = $2",
-    "events": "DELETE FROM events WHERE project_id = $1 AND subject_id = $2",
-    "conflict_members": (
+# What is deleted, in order (children before their parents): a kind and its statement.
+_DELETES = (
+    ("episode_chunks", "DELETE FROM episode_chunks WHERE project_id = $1 AND subject_id = $2"),
+    ("events", "DELETE FROM events WHERE project_id = $1 AND subject_id = $2"),
+    (
+        "conflict_members",
         "DELETE FROM conflict_members m USING conflict_sets c"
-        " WHERE c.project_id = $1 AND c.subject_id = $2 AND m.project_id = $1 AND m.conflict_id = c.id"
+        " WHERE c.project_id = $1 AND c.subject_id = $2 AND m.project_id = $1 AND m.conflict_id = c.id",
     ),
-    "conflict_sets": "DELETE FROM conflict_sets WHERE project_id = $1 AND subject_id = $2",
-    "facts": "DELETE FROM facts WHERE project_id = $1 AND subject_id = $2",
-    "scope_lexemes": "DELETE FROM scope_lexemes WHERE project_id = $1 AND subject_id = $2",
-    "scope_indexes": "DELETE FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2",
-    "subject_counters": "DELETE FROM subjects WHERE project_id = $1 AND subject_id = $2",
-}
+    ("conflict_sets", "DELETE FROM conflict_sets WHERE project_id = $1 AND subject_id = $2"),
+    ("facts", "DELETE FROM facts WHERE project_id = $1 AND subject_id = $2"),
+    ("scope_lexemes", "DELETE FROM scope_lexemes WHERE project_id = $1 AND subject_id = $2"),
+    ("scope_indexes", "DELETE FROM scope_vector_indexes WHERE project_id = $1 AND subject_id = $2"),
+    ("subject_counters", "DELETE FROM subjects WHERE project_id = $1 AND subject_id = $2"),
+)
 
 _DELETE_TRACES = """
 WITH t AS (DELETE FROM context_traces WHERE project_id = $1 AND subject_id = $2 RETURNING id),
@@ -58,16 +46,14 @@ async def lift_statement_timeout(conn: asyncpg.Connection) -> None:
 
 
 async def delete_subject(conn: asyncpg.Connection, project_id: str, subject_id: str) -> dict[str, int]:
-    """Delete every row of (project, subject); returns how many of each kind (KINDS)."""
+    """Delete every row of (project, subject); returns how many of each kind, by table-like name
+    (`traces` and `trace_decisions` from one statement)."""
     counts: dict[str, int] = {}
-    for kind in KINDS:
-        if kind in ("traces", "trace_decisions"):
-            if kind == "traces":
-                row = await conn.fetchrow(_DELETE_TRACES, project_id, subject_id)
-                counts["traces"], counts["trace_decisions"] = int(row["traces"]), int(row["trace_decisions"])
-            continue
-        status = await conn.execute(_DELETES[kind], project_id, subject_id)
+    for kind, statement in _DELETES:
+        status = await conn.execute(statement, project_id, subject_id)
         counts[kind] = int(cast(str, status).split()[-1])
+    row = await conn.fetchrow(_DELETE_TRACES, project_id, subject_id)
+    counts["traces"], counts["trace_decisions"] = int(row["traces"]), int(row["trace_decisions"])
     return counts
 
 
