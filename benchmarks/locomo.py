@@ -1,15 +1,20 @@
 """LoCoMo conversations as the quality harness sees them: turns, questions, events.
 
-Only the turns are ingested (never the benchmark's observations, summaries or
-event annotations; see shared/data/README.md). A turn's payload is
-`{speaker, text, dia_id}` plus `image_caption` (the turn's `blip_caption`) when
-an image was shared.
+The turns are ingested, and in mode "f" each session's observations (never
+the benchmark's summaries or event annotations; see shared/data/README.md). A
+turn's payload is `{speaker, text, dia_id}` plus `image_caption` (the turn's
+`blip_caption`) when an image was shared.
 
-Two ingestion modes:
+Three ingestion modes:
 - "a": one event per turn, `occurredAt` = the session date (as UTC) plus one
   second per turn of the session, so order is kept;
 - "b": one event per session, `payload = {messages: [turn payload, ...]}`,
-  `occurredAt` = the session date.
+  `occurredAt` = the session date;
+- "f": mode a's events, and each `session_N_observation` entry (a fact about a
+  speaker written from the conversation, with the dia_id(s) of its evidence
+  turns) asserted as a fact: predicate `observation.<session>.<i>` (one per
+  observation, mode ADD, so none supersedes another), value its text,
+  `sourceEventIds` its evidence turns' events, `validFrom` the session date.
 
 `EventSpec.chunk_turns` maps each episode chunk position the server derives
 from the payload back to the turn it came from (a message the server splits
@@ -30,7 +35,8 @@ from haki_context.core.texts import compact_json, split_long_text, turn_text
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KIND_TURN = "conversation.message"
 KIND_SESSION = "conversation.session"
-MODES = ("a", "b")
+MODES = ("a", "b", "f")
+FACT_MODES = frozenset({"f"})  # the modes that assert observations as facts
 
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
@@ -60,6 +66,22 @@ class Question:
     evidence: tuple[str, ...]  # valid dia_ids only, in order, no duplicates
 
 
+@dataclass(frozen=True)
+class Observation:
+    """One `session_N_observation` entry: a fact about a speaker, with its evidence turns."""
+
+    session: int
+    index: int  # position within its session's observations, all speakers in file order
+    speaker: str
+    text: str
+    evidence: tuple[str, ...]  # valid dia_ids only
+    valid_from: datetime  # the session date
+
+    @property
+    def predicate(self) -> str:
+        return f"observation.{self.session}.{self.index}"
+
+
 @dataclass
 class Conversation:
     id: str  # the file stem, e.g. "26"
@@ -69,6 +91,7 @@ class Conversation:
     questions: list[Question]
     invalid_evidence: list[str] = field(default_factory=list)  # ids that name no turn
     dropped_questions: int = 0  # categories 1-4 left with no valid evidence
+    observations: list[Observation] = field(default_factory=list)
 
     @property
     def turn_ids(self) -> set[str]:
@@ -133,6 +156,17 @@ def load_conversation(path: Path, categories: tuple[int, ...] = tuple(CATEGORIES
             turns.append(Turn(raw["dia_id"], n, i, turn_payload(raw), date + timedelta(seconds=i)))
     conv = Conversation(path.stem, (data["speaker_a"], data["speaker_b"]), turns, sessions, [])
     known = conv.turn_ids
+    for n in numbers:
+        by_speaker = data.get(f"session_{n}_observation") or {}
+        index = 0
+        for speaker, entries in by_speaker.items():
+            for entry in entries:
+                text = str(entry[0]).strip() if entry else ""
+                raw = entry[1] if len(entry) > 1 else []
+                evidence = tuple(dict.fromkeys(e for e in split_evidence(raw) if e in known))
+                if text:
+                    conv.observations.append(Observation(n, index, str(speaker), text, evidence, sessions[n]))
+                    index += 1
     for qi, q in enumerate(data.get("qa", [])):
         category = int(q.get("category", 0))
         if category not in categories:
@@ -171,7 +205,7 @@ def _pieces(message: dict[str, Any]) -> int:
 
 def events(conv: Conversation, mode: str) -> list[EventSpec]:
     """The events of one conversation in ingestion mode "a" (per turn) or "b" (per session)."""
-    if mode == "a":
+    if mode in ("a", "f"):
         return [EventSpec(KIND_TURN, t.payload, t.occurred_at, (t.dia_id,) * _pieces(t.payload)) for t in conv.turns]
     if mode == "b":
         out = []
@@ -184,4 +218,4 @@ def events(conv: Conversation, mode: str) -> list[EventSpec]:
                 chunk_turns.extend([t.dia_id] * _pieces(t.payload))
             out.append(EventSpec(KIND_SESSION, {"messages": [t.payload for t in session]}, date, tuple(chunk_turns)))
         return out
-    raise ValueError(f"unknown ingestion mode {mode!r} (use 'a' or 'b')")
+    raise ValueError(f"unknown ingestion mode {mode!r} (use 'a', 'b' or 'f')")

@@ -8,19 +8,22 @@ What it does, in one process:
 2. ingests every turn of each conversation through GraphQL `recordEvents`
    (batches of at most 200 events), one subject per conversation and mode:
    mode "a" one event per turn, mode "b" one event per session holding a
-   `messages` list (see benchmarks/locomo.py);
+   `messages` list, mode "f" mode a's events plus each session's observations
+   asserted as facts citing their evidence turns' events (`assertFact`, see
+   benchmarks/locomo.py);
 3. asks every question of categories 1-4 with `context(subjectId, query,
-   budget)` at each budget; a turn is retrieved when it comes back as an
+   budget)` at each budget; a turn is covered when it comes back as an
    episode chunk (mapped back to its `dia_id`) or as a source event of a
-   served fact;
-4. runs two reference retrievers over the same turn texts at the same k as
-   the server's packet (k = distinct turns served): BM25 (rank_bm25) and
-   dense cosine with the same embedder;
+   served fact, and each path's coverage is reported on its own, with the
+   facts and episodes served per packet;
+4. runs three reference retrievers over the same turn texts at the same k as
+   the server's packet (k = distinct turns covered): BM25 (rank_bm25), dense
+   cosine with the same embedder, and plain reciprocal-rank fusion of the two;
 5. writes benchmarks/results/quality-<date>.json and .md (quality-<date>-<label>
    with `--label`, `--set` or `--variant`), and prints the table.
 
-The whole LoCoMo dev set (4 conversations, 582 questions, both modes, both
-budgets) takes about a minute on 2 cores. BM25 needs `rank-bm25` (the `[bench]`
+The whole LoCoMo dev set (4 conversations, 582 questions, modes a and f,
+four budgets) takes about two minutes on 2 cores. BM25 needs `rank-bm25` (the `[bench]`
 and `[test]` extras).
 
 Settings: `--set name=value` overrides a field of haki_context.settings.Settings
@@ -64,15 +67,17 @@ from haki_context.core.texts import event_chunks
 from haki_context.db import embedded, migrate
 from haki_context.settings import Settings
 
-from .locomo import CATEGORIES, MODES, Conversation, EventSpec, Question, events, load_conversations
-from .references import BM25Reference, DenseReference
+from .locomo import CATEGORIES, FACT_MODES, MODES, Conversation, EventSpec, Question, events, load_conversations
+from .references import BM25Reference, DenseReference, RRFReference
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-DEFAULT_BUDGETS = (900, 2000)
+DEFAULT_MODES = ("a", "f")
+DEFAULT_BUDGETS = (300, 900, 2000, 6000)
 BATCH = 200
-RETRIEVERS = ("server", "bm25", "dense")
+RETRIEVERS = ("server", "bm25", "dense", "rrf")
+PATHS = ("episodes", "facts")  # how a served turn reached the packet
 
 # Read by the write path or when the runtime opens: the same for every variant of a run.
 WRITE_TIME_SETTINGS = frozenset(
@@ -112,6 +117,7 @@ REPORTED_SETTINGS = (
     "full_text_rank",
     "speaker_boost",
     "ranking_profile",
+    "packing",
     "max_query_lexemes",
     "scope_index_rows",
 )
@@ -127,6 +133,7 @@ query($s: String!, $q: String!, $b: Int) {
 }
 """
 RECORD_MUTATION = "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }"
+ASSERT_MUTATION = "mutation($i: FactInput!) { assertFact(input: $i) { outcome } }"
 
 
 @dataclass
@@ -139,7 +146,7 @@ class Variant:
 class Config:
     data_dir: Path = DEFAULT_DATA
     conversations: list[str] | None = None
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = DEFAULT_MODES
     budgets: tuple[int, ...] = DEFAULT_BUDGETS
     limit_questions: int | None = None
     overrides: dict[str, str] = field(default_factory=dict)
@@ -254,6 +261,7 @@ class Ingested:
     chunk_turns: dict[str, tuple[str, ...]]  # event id -> dia_id per chunk
     events: int
     chunks: int
+    facts: int = 0
 
 
 def _check_chunks(spec: EventSpec, excerpt_chars: int) -> None:
@@ -280,7 +288,29 @@ async def ingest(client: Client, conv: Conversation, mode: str, run_id: str, exc
             raise AssertionError(f"recordEvents returned {len(ids)} ids for {len(batch)} events")
         for event_id, spec in zip(ids, batch):
             chunk_turns[str(event_id)] = spec.chunk_turns
-    return Ingested(subject, chunk_turns, len(specs), sum(len(s.chunk_turns) for s in specs))
+    facts = await assert_observations(client, conv, subject, chunk_turns) if mode in FACT_MODES else 0
+    return Ingested(subject, chunk_turns, len(specs), sum(len(s.chunk_turns) for s in specs), facts)
+
+
+async def assert_observations(
+    client: Client, conv: Conversation, subject: str, chunk_turns: dict[str, tuple[str, ...]]
+) -> int:
+    """Assert each observation of the conversation as a fact citing its evidence turns' events."""
+    event_of: dict[str, str] = {}
+    for event_id, turns in chunk_turns.items():
+        for dia_id in turns:
+            event_of.setdefault(dia_id, event_id)
+    for obs in conv.observations:
+        fact = {
+            "subjectId": subject,
+            "predicate": obs.predicate,
+            "value": obs.text,
+            "validFrom": obs.valid_from.isoformat(),
+            "sourceEventIds": [event_of[d] for d in obs.evidence],
+            "mode": "ADD",
+        }
+        await client.execute(ASSERT_MUTATION, {"i": fact})
+    return len(conv.observations)
 
 
 # --- measuring
@@ -296,6 +326,9 @@ class Answer:
     server: list[str]  # distinct dia_ids, in packet order
     bm25: list[str]
     dense: list[str]
+    rrf: list[str]
+    via: dict[str, list[str]]  # path -> dia_ids served that way (a turn may come both ways)
+    facts: int
     episodes: int
     tokens: int
     client_ms: float
@@ -306,9 +339,10 @@ class Answer:
         return len(self.server)
 
 
-def served_turns(packet: dict[str, Any], ingested: Ingested) -> tuple[list[str], list[str]]:
-    """(distinct dia_ids served, event ids the harness could not map)."""
+def served_turns(packet: dict[str, Any], ingested: Ingested) -> tuple[list[str], dict[str, list[str]], list[str]]:
+    """(distinct dia_ids served, those served by each path, event ids the harness could not map)."""
     out: dict[str, None] = {}
+    via: dict[str, dict[str, None]] = {p: {} for p in PATHS}
     unknown: list[str] = []
     for ep in packet["episodes"]:
         turns = ingested.chunk_turns.get(str(ep["eventId"]))
@@ -316,11 +350,13 @@ def served_turns(packet: dict[str, Any], ingested: Ingested) -> tuple[list[str],
             unknown.append(f"{ep['eventId']}#{ep['chunk']}")
             continue
         out[turns[ep["chunk"]]] = None
+        via["episodes"][turns[ep["chunk"]]] = None
     for fact in packet["facts"]:
         for event_id in fact.get("sourceEventIds") or []:
             for dia_id in ingested.chunk_turns.get(str(event_id), ()):
                 out[dia_id] = None
-    return list(out), unknown
+                via["facts"][dia_id] = None
+    return list(out), {p: list(v) for p, v in via.items()}, unknown
 
 
 async def ask(
@@ -331,6 +367,7 @@ async def ask(
     budget: int,
     bm25: BM25Reference,
     dense: DenseReference,
+    rrf: RRFReference,
     vectors: dict[str, np.ndarray],
 ) -> list[Answer]:
     ids = [t.dia_id for t in conv.turns]
@@ -340,7 +377,7 @@ async def ask(
         data = await client.execute(CONTEXT_QUERY, {"s": ingested.subject, "q": q.question, "b": budget})
         client_ms = (time.perf_counter() - started) * 1000.0
         packet = data["context"]
-        server, unknown = served_turns(packet, ingested)
+        server, via, unknown = served_turns(packet, ingested)
         if unknown:
             raise AssertionError(f"episodes of unknown events or chunks: {unknown[:5]}")
         k = len(server)
@@ -352,6 +389,9 @@ async def ask(
                 server=server,
                 bm25=[ids[i] for i in bm25.top(q.question, k)],
                 dense=[ids[i] for i in dense.top(vectors[q.question], k)],
+                rrf=[ids[i] for i in rrf.top(q.question, vectors[q.question], k)],
+                via=via,
+                facts=len(packet["facts"]),
                 episodes=len(packet["episodes"]),
                 tokens=int(packet["usedTokens"]),
                 client_ms=client_ms,
@@ -379,6 +419,13 @@ def summarize(answers: list[Answer]) -> dict[str, Any]:
             else None,
             "hit": round(sum(f > 0 for f in found) / n, 4) if n else None,
         }
+    for path in PATHS:
+        found = [len(set(a.via[path]) & set(a.question.evidence)) for a in answers]
+        out[f"via_{path}"] = {
+            "recall": round(sum(found) / evidence_total, 4) if evidence_total else None,
+            "hit": round(sum(f > 0 for f in found) / n, 4) if n else None,
+        }
+    out["facts_mean"] = round(sum(a.facts for a in answers) / n, 2) if n else None
     out["episodes_mean"] = round(sum(a.episodes for a in answers) / n, 2) if n else None
     out["tokens_mean"] = round(sum(a.tokens for a in answers) / n, 1) if n else None
     out["k_mean"] = round(sum(a.k for a in answers) / n, 2) if n else None
@@ -459,14 +506,13 @@ async def run(config: Config) -> list[dict[str, Any]]:
 
         # References over the same turn texts, and every question's vector (warming the query cache).
         t = time.perf_counter()
-        refs: dict[str, tuple[BM25Reference, DenseReference]] = {}
+        refs: dict[str, tuple[BM25Reference, DenseReference, RRFReference]] = {}
         for conv in conversations:
             texts = [turn.text for turn in conv.turns]
             vectors = await rt.embedder.embed_many(texts)
-            refs[conv.id] = (
-                BM25Reference(texts, remove_stop_words=config.bm25_remove_stop_words),
-                DenseReference(vectors),
-            )
+            bm25_ref = BM25Reference(texts, remove_stop_words=config.bm25_remove_stop_words)
+            dense_ref = DenseReference(vectors)
+            refs[conv.id] = (bm25_ref, dense_ref, RRFReference(bm25_ref, dense_ref))
         qvectors: dict[str, np.ndarray] = {}
         embed_ms: list[float] = []
         for q in questions:
@@ -487,9 +533,9 @@ async def run(config: Config) -> list[dict[str, Any]]:
             for mode in config.modes:
                 for budget in config.budgets:
                     for conv in conversations:
-                        bm25, dense = refs[conv.id]
+                        bm25, dense, rrf = refs[conv.id]
                         answers += await ask(
-                            client, conv, ingested[(mode, conv.id)], mode, budget, bm25, dense, qvectors
+                            client, conv, ingested[(mode, conv.id)], mode, budget, bm25, dense, rrf, qvectors
                         )
             await client.aclose()
             questions_s = round(time.perf_counter() - v_started, 2)
@@ -544,6 +590,7 @@ def _report(
             "invalid_evidence_count": sum(len(c.invalid_evidence) for c in conversations),
             "dropped_questions": sum(c.dropped_questions for c in conversations),
             "chunks": {f"{m}/{cid}": i.chunks for (m, cid), i in ingested.items()},
+            "facts": {f"{m}/{cid}": i.facts for (m, cid), i in ingested.items() if i.facts},
         },
         "modes": list(config.modes),
         "budgets": list(config.budgets),
@@ -558,6 +605,7 @@ def _report(
             "bm25": "rank_bm25.BM25Okapi, lowercase [a-z0-9]+ tokens, English stop words "
             + ("removed" if config.bm25_remove_stop_words else "kept"),
             "dense": f"cosine with {embedder_name}, the server's embedder",
+            "rrf": "reciprocal-rank fusion of the BM25 and dense rankings, 1/(60 + rank) summed",
         },
         "recall": "evidence turns retrieved / evidence turns (recall_per_question: mean over questions)",
         "latency": "ms per context call; question vectors cached before timing (query_embed_ms: embedding one question)",
@@ -577,6 +625,10 @@ def _report(
                 "server": a.server,
                 "bm25": a.bm25,
                 "dense": a.dense,
+                "rrf": a.rrf,
+                "via": a.via,
+                "facts": a.facts,
+                "episodes": a.episodes,
                 "tokens": a.tokens,
                 "client_ms": round(a.client_ms, 2),
             }
@@ -614,22 +666,29 @@ def markdown(report: dict[str, Any]) -> str:
         f"{eff['weight_recency']}).",
         "",
         f"References at the server's k per question: BM25 = {report['references']['bm25']}; "
-        f"dense = {report['references']['dense']}. Recall = evidence turns retrieved / evidence turns; "
-        "hit = questions with at least one. Latency: ms per call (client / trace totalMs), "
-        f"question vectors cached; embedding a question p50 {_f(report['query_embed_ms']['p50'], 1)} ms.",
+        f"dense = {report['references']['dense']}; RRF = {report['references']['rrf']}. "
+        "Recall = evidence turns covered / evidence turns; hit = questions with at least one. A turn is "
+        "covered as an episode or as the source of a served fact (columns 'via episodes', 'via facts'). "
+        "Modes: a, a turn per event; b, a session per event; f, mode a plus the observations as facts. "
+        "Latency: ms per call (client / trace totalMs), question vectors cached; embedding a question "
+        f"p50 {_f(report['query_embed_ms']['p50'], 1)} ms.",
         "",
-        "| mode | budget | n | server recall | server hit | BM25 recall | BM25 hit | dense recall | dense hit "
-        "| episodes | tokens | k | client p50/p95 | trace p50/p95 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| mode | budget | n | server recall / hit | RRF | BM25 | dense | via episodes | via facts "
+        "| facts | episodes | tokens | k | client p50/p95 | trace p50/p95 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def rh(x: dict[str, Any]) -> str:
+        return f"{_f(x['recall'])} / {_f(x['hit'])}"
+
     for mode, by_budget in report["results"].items():
         for budget, res in by_budget.items():
             o = res["overall"]
             lat = o["latency_ms"]
             lines.append(
-                f"| {mode} | {budget} | {o['n']} | **{_f(o['server']['recall'])}** | **{_f(o['server']['hit'])}** "
-                f"| {_f(o['bm25']['recall'])} | {_f(o['bm25']['hit'])} | {_f(o['dense']['recall'])} "
-                f"| {_f(o['dense']['hit'])} | {_f(o['episodes_mean'], 1)} | {_f(o['tokens_mean'], 0)} "
+                f"| {mode} | {budget} | {o['n']} | **{rh(o['server'])}** | {rh(o['rrf'])} | {rh(o['bm25'])} "
+                f"| {rh(o['dense'])} | {rh(o['via_episodes'])} | {rh(o['via_facts'])} "
+                f"| {_f(o['facts_mean'], 1)} | {_f(o['episodes_mean'], 1)} | {_f(o['tokens_mean'], 0)} "
                 f"| {_f(o['k_mean'], 1)} | {_f(lat['client_p50'], 1)} / {_f(lat['client_p95'], 1)} "
                 f"| {_f(lat['trace_p50'], 1)} / {_f(lat['trace_p95'], 1)} |"
             )
@@ -637,16 +696,16 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "Per category (recall / hit):",
         "",
-        "| mode | budget | category | n | server | BM25 | dense | episodes | tokens |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| mode | budget | category | n | server | RRF | BM25 | dense | via episodes | via facts | facts | episodes |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for mode, by_budget in report["results"].items():
         for budget, res in by_budget.items():
             for cat, c in res["categories"].items():
-                scores = " | ".join(f"{_f(c[r]['recall'])} / {_f(c[r]['hit'])}" for r in RETRIEVERS)
                 lines.append(
-                    f"| {mode} | {budget} | {cat} {CATEGORIES[int(cat)]} | {c['n']} | {scores} "
-                    f"| {_f(c['episodes_mean'], 1)} | {_f(c['tokens_mean'], 0)} |"
+                    f"| {mode} | {budget} | {cat} {CATEGORIES[int(cat)]} | {c['n']} | {rh(c['server'])} "
+                    f"| {rh(c['rrf'])} | {rh(c['bm25'])} | {rh(c['dense'])} | {rh(c['via_episodes'])} "
+                    f"| {rh(c['via_facts'])} | {_f(c['facts_mean'], 1)} | {_f(c['episodes_mean'], 1)} |"
                 )
     t = report["timings"]
     lines += [
@@ -705,8 +764,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         help=f"folder of LoCoMo *.json (default {DEFAULT_DATA}, or $HAKI_LOCOMO_DIR)",
     )
     p.add_argument("--conversations", help="comma-separated file stems, e.g. 26,30 (default: all)")
-    p.add_argument("--modes", default="a,b", help="ingestion modes: a (event per turn), b (event per session)")
-    p.add_argument("--budgets", default="900,2000")
+    p.add_argument(
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help="ingestion modes: a (event per turn), b (event per session), f (a + observations as facts)",
+    )
+    p.add_argument("--budgets", default=",".join(str(b) for b in DEFAULT_BUDGETS))
     p.add_argument(
         "--limit-questions", type=int, help="at most N questions per category and conversation (smoke tests)"
     )
@@ -747,7 +810,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         overrides["embed_provider"] = a.embedder
     modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
     if not modes or set(modes) - set(MODES):
-        raise SystemExit(f"--modes {a.modes!r}: use a, b or a,b")
+        raise SystemExit(f"--modes {a.modes!r}: use any of a, b, f (comma-separated)")
     label = a.label or ("-".join(f"{k}={v}" for k, v in overrides.items()) if overrides else None)
     return Config(
         data_dir=a.data,

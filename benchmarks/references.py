@@ -4,7 +4,10 @@
   letters and digits), with English stop words removed or kept (a setting of
   the harness, written in every report);
 - dense: cosine similarity with the same embedder as the server (vectors
-  computed once per conversation).
+  computed once per conversation);
+- RRF: textbook reciprocal-rank fusion of the two, each turn scored
+  `1/(60 + rank in BM25) + 1/(60 + rank in dense)` (ranks from 1, over every
+  turn; a question with no BM25 word is ranked by dense alone).
 
 Both return the top k turns of a conversation for a question, best first,
 ties broken by turn order, so a run is deterministic.
@@ -201,3 +204,26 @@ class DenseReference:
 
     def top(self, query_vector: np.ndarray, k: int) -> list[int]:
         return _top(self.scores(query_vector), k)
+
+
+RRF_K = 60  # the constant of Cormack et al.'s reciprocal-rank fusion
+
+
+class RRFReference:
+    """Reciprocal-rank fusion of a BM25 and a dense reference over the same turns."""
+
+    def __init__(self, bm25: BM25Reference, dense: DenseReference, k: int = RRF_K) -> None:
+        self._bm25 = bm25
+        self._dense = dense
+        self._k = k
+
+    def top(self, query: str, query_vector: np.ndarray, k: int) -> list[int]:
+        dense_scores = self._dense.scores(query_vector)
+        fused = np.zeros(len(dense_scores), dtype=np.float64)
+        rankings = [dense_scores]
+        if tokenize(query, self._bm25.remove_stop_words):
+            rankings.append(self._bm25.scores(query))
+        for scores in rankings:
+            order = _top(scores, len(scores))
+            fused[order] += 1.0 / (self._k + np.arange(1, len(order) + 1))
+        return _top(fused, k)
