@@ -14,7 +14,7 @@ IDLE_TIMEOUT_S has its snapshot ended by the database (the stream then stops sho
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -58,37 +58,57 @@ async def export_subject(request: Request) -> Response:
         if slots.running >= MAX_CONCURRENT_EXPORTS:
             raise Unavailable(f"{MAX_CONCURRENT_EXPORTS} exports are running; retry later")
         rt: Runtime = request.app.state.runtime
-        lines = portability.export_lines(rt.pool, caller, subject, idle_timeout_s=IDLE_TIMEOUT_S)
-        slots.running += 1
-        try:
-            header = await anext(lines)  # the snapshot is open: a database that is down is a 503, not a cut stream
-        except BaseException:
-            slots.running -= 1
-            await lines.aclose()
-            raise
+        stream = _stream(portability.export_lines(rt.pool, caller, subject, idle_timeout_s=IDLE_TIMEOUT_S), slots)
+        # The header comes once the snapshot is open: a database that is down is a 503, not a
+        # stream cut short. Started here, the stream's clean-up (its slot, its connection) runs
+        # even if the response never reads it (asyncio closes a started generator it collects).
+        header = await anext(stream)
     except Exception as exc:  # every refusal gets a coded answer
         domain = exc if isinstance(exc, HakiError) else domain_error(exc)
         if domain is None:
             raise
         return _refusal(domain)
-    return StreamingResponse(
-        _stream(header, lines, slots),
-        media_type=portability.MEDIA_TYPE,
-        headers={"Cache-Control": "no-store"},
-    )
+    return StreamingResponse(_Resumed(header, stream), media_type=portability.MEDIA_TYPE, headers=_NO_STORE)
 
 
-async def _stream(header: bytes, lines: AsyncGenerator[bytes, None], slots: _ExportSlots) -> AsyncIterator[bytes]:
+_NO_STORE = {"Cache-Control": "no-store"}
+
+
+async def _stream(lines: AsyncGenerator[bytes, None], slots: _ExportSlots) -> AsyncGenerator[bytes, None]:
+    """The export's lines, holding one of the app's export slots until they end or are dropped."""
+    slots.running += 1
     try:
-        yield header
+        first = True
         async for line in lines:
             yield line
-    except Exception as exc:  # the status is sent: the stream stops without its last line
+            first = False
+    except Exception as exc:
+        if first:
+            raise  # nothing sent yet: the handler answers with the error's status
+        # The status is sent: the stream stops without its last line, which an import checks.
         domain = domain_error(exc)
         log.warning("an export stopped short: %s", domain.message if domain else type(exc).__name__)
     finally:
         slots.running -= 1
         await lines.aclose()
+
+
+class _Resumed:
+    """`first`, then the rest of `stream`: an iterator, not a generator, so that nothing needs
+    starting for the started `stream` to be closed when the response drops it."""
+
+    def __init__(self, first: bytes, stream: AsyncGenerator[bytes, None]) -> None:
+        self._first: bytes | None = first
+        self._stream = stream
+
+    def __aiter__(self) -> _Resumed:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return await anext(self._stream)
 
 
 def _refusal(exc: HakiError) -> JSONResponse:

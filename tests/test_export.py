@@ -300,3 +300,47 @@ async def test_the_command_line_exports_imports_and_forgets(
     async with runtime.pool.acquire() as conn:
         row = await conn.fetchrow("SELECT key_id, actor FROM erasures WHERE project_id = $1", target)
     assert row["key_id"] is None and row["actor"] == "operator"
+
+
+async def test_exports_past_the_limit_are_refused_and_a_finished_export_frees_its_slot(
+    source: ProjectClient, subject: str
+) -> None:
+    from haki_context import export_http
+
+    await record(source, subject, ["hello"])
+    app = source.http._transport.app  # type: ignore[attr-defined]
+    await export_over_http(source, subject)
+    slots = app.state.export_slots
+    assert slots.running == 0
+    slots.running = export_http.MAX_CONCURRENT_EXPORTS  # as if that many were streaming
+    try:
+        response = await source.http.get(
+            "/export", params={"subjectId": subject}, headers={"authorization": f"Bearer {source.key}"}
+        )
+    finally:
+        slots.running = 0
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
+    assert response.json()["errors"][0]["extensions"]["code"] == "UNAVAILABLE"
+    assert (await export_over_http(source, subject))[-1]["events"] == 1
+
+
+async def test_an_export_dropped_after_its_first_line_gives_back_its_slot_and_connection(
+    runtime: Runtime, subject: str
+) -> None:
+    import asyncio
+    import gc
+
+    from haki_context import export_http
+
+    slots = export_http._ExportSlots()
+    lines = export_lines(runtime.pool, Caller.operator(f"project-{uuid.uuid4().hex[:12]}"), subject)
+    stream = export_http._stream(lines, slots)
+    assert orjson.loads(await anext(stream))["format"] == "haki-context/subject"
+    assert slots.running == 1
+    in_use = runtime.pool.get_size() - runtime.pool.get_idle_size()
+    del stream, lines
+    gc.collect()
+    async with asyncio.timeout(10):  # asyncio closes a collected generator in a task of its own
+        while slots.running:
+            await asyncio.sleep(0.01)
+    assert runtime.pool.get_size() - runtime.pool.get_idle_size() == in_use - 1

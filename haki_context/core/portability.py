@@ -30,6 +30,7 @@ into a subject that holds nothing yet.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import uuid
 from collections.abc import AsyncGenerator, Iterable
@@ -147,8 +148,9 @@ async def export_lines(
                 )
             yield _line({"type": "end", **counts})
         finally:
-            if not conn.is_closed():
-                await tx.rollback()  # read only: nothing to keep
+            # Read only: nothing to keep. A session the database ended (idle too long) is gone already.
+            with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                await tx.rollback()
 
 
 @dataclass(frozen=True)
