@@ -70,6 +70,13 @@ class ExcerptFormat(str, Enum):
     JSON = "json"  # "<kind> <compact JSON>" for every chunk
 
 
+class Packing(str, Enum):
+    """How a packet's budget is shared between facts and episodes."""
+
+    MERGED = "merged"  # one ranking of facts and episodes by score, packed while they fit
+    SECTIONS = "sections"  # facts first, then multi-hop facts, then episodes in what is left
+
+
 # What each profile sets, unless a setting is given explicitly.
 PROFILES: dict[RankingProfile, dict[str, Any]] = {
     RankingProfile.DEFAULT: {},
@@ -82,6 +89,7 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
         "full_text_rank": FullTextRank.COVER_DENSITY,
         "weight_full_text": 0.25,
         "speaker_boost": 0.0,
+        "packing": Packing.SECTIONS,
     },
 }
 
@@ -184,6 +192,8 @@ class Settings(BaseSettings):
     """Longest excerpt served for one turn."""
     speaker_boost: float = 0.1
     """Added to a turn's score when the query names its speaker (0: off)."""
+    packing: Packing = Packing.MERGED
+    """How facts and episodes share the budget: merged (one ranking) or sections (facts first)."""
     multi_hop_max_entities: int = 2
     """Entities of the packed facts followed one hop (0: no multi-hop)."""
     multi_hop_max_per_entity: int = 5

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of the repository,
 from benchmarks import quality  # noqa: E402
 from benchmarks.locomo import CATEGORIES, events, load_conversation, split_evidence  # noqa: E402
 
-RETRIEVERS = ("server", "bm25", "dense")
+RETRIEVERS = ("server", "bm25", "dense", "rrf")
 
 
 def _require_data() -> None:
@@ -68,6 +68,18 @@ def test_session_events_map_every_chunk_to_its_turn() -> None:
     assert [e.occurred_at for e in per_session] == list(conv.sessions.values())
 
 
+def test_observations_are_loaded_with_their_evidence_turns_and_session_dates() -> None:
+    _require_data()
+    conv = load_conversation(DATA / "26.json")
+    assert len(conv.observations) == 184
+    assert len({o.predicate for o in conv.observations}) == len(conv.observations)  # none supersedes another
+    for o in conv.observations:
+        assert o.text and o.evidence and set(o.evidence) <= conv.turn_ids
+        assert o.valid_from == conv.sessions[o.session]
+        assert all(int(d.split(":")[0][1:]) == o.session for d in o.evidence)  # evidence from its own session
+    assert events(conv, "f") == events(conv, "a")  # mode f records the same turns
+
+
 async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, tmp_path: Path) -> None:
     _require_data()
     config = quality.parse_args(
@@ -78,6 +90,10 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
             "26",
             "--limit-questions",
             "2",
+            "--modes",
+            "a,b,f",
+            "--budgets",
+            "900,2000",
             "--embedder",
             "hashing",
             "--label",
@@ -97,16 +113,17 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
     md_path = tmp_path / f"quality-{report['date']}-smoke.md"
     assert json.loads(json_path.read_text())["results"] == report["results"]
     table = md_path.read_text()
-    assert "| mode | budget |" in table and "BM25 recall" in table and "dense recall" in table
+    assert "| mode | budget |" in table and "| RRF | BM25 | dense | via episodes | via facts |" in table
 
     assert report["data"]["conversations"] == ["26"]
     assert report["data"]["questions"] == 2 * len(CATEGORIES)
-    assert report["data"]["chunks"] == {"a/26": 419, "b/26": 419}
+    assert report["data"]["chunks"] == {"a/26": 419, "b/26": 419, "f/26": 419}
+    assert report["data"]["facts"] == {"f/26": 184}  # every observation of the conversation
     assert report["embedder"] == "hashing-384-v1"
     assert "stop words" in report["references"]["bm25"]
 
-    assert set(report["results"]) == {"a", "b"}
-    for mode in ("a", "b"):
+    assert set(report["results"]) == {"a", "b", "f"}
+    for mode in ("a", "b", "f"):
         assert set(report["results"][mode]) == {"900", "2000"}
         for budget, res in report["results"][mode].items():
             groups = {"overall": res["overall"], **{f"category {c}": g for c, g in res["categories"].items()}}
@@ -117,7 +134,12 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
                 for r in RETRIEVERS:
                     for figure in ("recall", "recall_per_question", "hit"):
                         assert _share(g[r][figure]), (where, r, figure, g[r])
-                for figure in ("episodes_mean", "tokens_mean", "k_mean"):
+                for path in ("via_episodes", "via_facts"):
+                    for figure in ("recall", "hit"):
+                        assert _share(g[path][figure]), (where, path, figure)
+                        # a turn covered either way is covered
+                        assert g[path][figure] <= g["server"][figure], (where, path, figure)
+                for figure in ("facts_mean", "episodes_mean", "tokens_mean", "k_mean"):
                     assert _number(g[figure]), (where, figure)
                 assert g["tokens_mean"] <= int(budget)
                 for figure in ("client_p50", "client_p95", "trace_p50", "trace_p95"):
@@ -125,9 +147,14 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
                 assert g["latency_ms"]["client_p50"] <= g["latency_ms"]["client_p95"]
             assert res["overall"]["n"] == sum(g["n"] for g in res["categories"].values())
             assert res["overall"]["episodes_mean"] > 0, "the server served no episode"
+            if mode == "f":
+                assert res["overall"]["facts_mean"] > 0, "the server served no fact"
+            else:
+                assert res["overall"]["facts_mean"] == 0 and res["overall"]["via_facts"]["recall"] == 0
 
     # the references answer at the server's k, question by question
     rows = report["questions"]
-    assert len(rows) == 2 * 2 * 2 * len(CATEGORIES)
+    assert len(rows) == 3 * 2 * 2 * len(CATEGORIES)
     for row in rows:
-        assert len(row["bm25"]) == len(row["dense"]) == len(row["server"]) == len(set(row["server"]))
+        assert len(row["bm25"]) == len(row["dense"]) == len(row["rrf"]) == len(row["server"]) == len(set(row["server"]))
+        assert set(row["via"]["episodes"]) | set(row["via"]["facts"]) == set(row["server"])

@@ -34,13 +34,13 @@ import numpy as np
 
 from ..db import retrieval
 from ..db import traces as db_traces
-from ..settings import EpisodeRanking, Settings
+from ..settings import EpisodeRanking, Packing, Settings
 from .embedder import DIMENSIONS
 from .entities import entities, names, query_words
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
-from .packing import Section, episode_line, fact_line, pack_section, render, tokens
+from .packing import Section, episode_line, fact_line, pack_merged, pack_section, render, tokens
 from .runtime import Runtime
 from .scoring import Components, Weights, components
 from .texts import served_excerpt
@@ -58,6 +58,10 @@ class _Fact:
     line: str
     tokens: int
     via_entity: str | None = None
+
+    @property
+    def score(self) -> float:
+        return self.parts.score
 
 
 @dataclass(slots=True)
@@ -151,12 +155,31 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
         hop_rows = await hop_task if hop_task is not None else []
 
     with clock.deciding():
-        hops = pack_section(
-            _hop_facts(hop_rows, now, weights), _cost, facts.section.left, ReasonCode.MULTI_HOP_EXPANSION
-        )
-        # 9. Episodes, packed into what is left of the same budget.
         gate = s.recall_max_distance
-        episodes = pack_section(chunks, _cost, hops.left, ReasonCode.TOP_SCORE, lambda c: 0 < gate < c.parts.distance)
+        if s.packing is Packing.MERGED:
+            # 7+9. Facts and episodes as one ranking: the budget goes to what answers best, whatever
+            # its kind, so facts cannot crowd the conversation out; multi-hop facts take what is left.
+            fact_section, episodes = pack_merged(
+                facts.servable,
+                chunks,
+                _score,
+                _cost,
+                budget,
+                ReasonCode.TOP_SCORE,
+                lambda i: 0 < gate < i.parts.distance,
+            )
+            facts = replace(facts, section=fact_section)
+            hops = pack_section(
+                _hop_facts(hop_rows, now, weights), _cost, episodes.left, ReasonCode.MULTI_HOP_EXPANSION
+            )
+        else:
+            hops = pack_section(
+                _hop_facts(hop_rows, now, weights), _cost, facts.section.left, ReasonCode.MULTI_HOP_EXPANSION
+            )
+            # 9. Episodes, packed into what is left of the same budget.
+            episodes = pack_section(
+                chunks, _cost, hops.left, ReasonCode.TOP_SCORE, lambda c: 0 < gate < c.parts.distance
+            )
     clock.retrieval_ended()
 
     # 10-11. The packet, and its trace's write sent: the packet is served only once it has committed.
@@ -270,6 +293,7 @@ class _FactStep:
     """Steps 4-7: the scored candidates, the blocked ones' decisions, and the packed section."""
 
     scored: list[_Fact]
+    servable: list[_Fact]  # scored, less those blocked, in rank order
     blocked: list[TraceDecision]
     expired: int  # scored candidates blocked past their volatility horizon
     blocked_total: int  # members of open conflict sets, beyond those listed
@@ -288,7 +312,7 @@ def _decide_facts(found: retrieval.FactCandidates, now: datetime, w: Weights, s:
     servable = [f for f in scored if f.row.id not in expired_ids]
     gate = s.recall_max_distance
     section = pack_section(servable, _cost, budget, ReasonCode.TOP_SCORE, lambda f: 0 < gate < f.parts.distance)
-    return _FactStep(scored, blocked, len(scored) - len(servable), found.blocked_total, section)
+    return _FactStep(scored, servable, blocked, len(scored) - len(servable), found.blocked_total, section)
 
 
 def _hop_names(facts: Section[_Fact], query: str, s: Settings) -> list[str]:
@@ -337,6 +361,10 @@ def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settin
 
 def _cost(item: _Fact | _Chunk) -> int:
     return item.tokens
+
+
+def _score(item: _Fact | _Chunk) -> float:
+    return item.score
 
 
 def _trace(

@@ -93,3 +93,38 @@ def pack_section(
 def render(lines: Sequence[str]) -> str:
     """The packet's text: one line per served item."""
     return "\n".join(lines)
+
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+def pack_merged(
+    first: Sequence[A],
+    second: Sequence[B],
+    score: Callable[[A | B], float],
+    cost: Callable[[A | B], int],
+    budget_left: int,
+    included: ReasonCode,
+    gated: Callable[[A | B], bool] = lambda _: False,
+) -> tuple[Section[A], Section[B]]:
+    """Pack two ranked sections (each best first) as one ranking by decreasing `score`, the
+    first's item first at a tie: whichever kind answers better takes the budget. Each section's
+    verdicts keep its own rank order; both sections' `left` is the budget left after both."""
+    order = sorted([(-score(a), 0, i) for i, a in enumerate(first)] + [(-score(b), 1, i) for i, b in enumerate(second)])
+    decided: list[dict[int, tuple[Decision, ReasonCode]]] = [{}, {}]
+    for _, which, i in order:
+        item: A | B = first[i] if which == 0 else second[i]
+        if gated(item):
+            decided[which][i] = (Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR)
+        elif (c := cost(item)) <= budget_left:
+            budget_left -= c
+            decided[which][i] = (Decision.INCLUDED, included)
+        else:
+            decided[which][i] = (Decision.EXCLUDED, ReasonCode.OVER_BUDGET)
+    return _section(first, decided[0], budget_left), _section(second, decided[1], budget_left)
+
+
+def _section(ranked: Sequence[T], decided: dict[int, tuple[Decision, ReasonCode]], left: int) -> Section[T]:
+    verdicts = [Verdict(item, *decided[i]) for i, item in enumerate(ranked)]
+    return Section([v.item for v in verdicts if v.decision is Decision.INCLUDED], left, verdicts)
