@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
 from ..db import traces as db_traces
+from .errors import InvalidInput
 from .limits import check_aware, check_page_size, check_subject_id
 from .loading import by_id
 from .models import Page, ReasonCode
@@ -98,6 +100,146 @@ async def stats(rt: Runtime, project_id: str, since: datetime | None) -> StatsOv
         events=int(row["events"]),
         open_conflicts=int(row["open_conflicts"]),
         oldest_open_conflict_seconds=(datetime.now(UTC) - oldest).total_seconds() if oldest else None,
+    )
+
+
+class StatsBucket(str, enum.Enum):
+    """The width of a stats series' buckets, aligned to UTC (weeks start on Monday)."""
+
+    HOUR = "HOUR"
+    DAY = "DAY"
+    WEEK = "WEEK"
+
+    @property
+    def width(self) -> timedelta:
+        """The bucket's length."""
+        return _BUCKET_WIDTHS[self]
+
+
+_BUCKET_WIDTHS = {
+    StatsBucket.HOUR: timedelta(hours=1),
+    StatsBucket.DAY: timedelta(days=1),
+    StatsBucket.WEEK: timedelta(days=7),
+}
+
+# A Monday at 00:00 UTC: every bucket starts a whole number of widths after it (SERIES_SQL's origin).
+_BUCKET_ORIGIN = datetime(2000, 1, 3, tzinfo=UTC)
+
+# Most buckets one series may hold: 41 days of hours, 2.7 years of days. A plot has no use for
+# more points than that, and the statement's cost grows with the window, not with its points.
+MAX_SERIES_BUCKETS = 1000
+
+
+class TracePhase(str, enum.Enum):
+    """A step of a context call that its trace times (TraceTimings)."""
+
+    EMBED = "EMBED"
+    RETRIEVE = "RETRIEVE"
+    PACK = "PACK"
+    PERSIST = "PERSIST"
+    TOTAL = "TOTAL"
+
+
+@dataclass(frozen=True)
+class PhaseLatency:
+    """Percentiles of one phase's milliseconds over a bucket's calls (None without calls)."""
+
+    phase: TracePhase
+    p50_ms: float | None
+    p95_ms: float | None
+
+
+@dataclass(frozen=True)
+class StatsBucketRow:
+    """The figures of one bucket of a stats series, computed as `stats` computes them."""
+
+    start: datetime
+    end: datetime
+    context_calls: int
+    injected_calls: int
+    empty_calls: int
+    no_relevant_memory_calls: int
+    degraded_calls: int
+    facts_served: int
+    used_tokens: int
+    reason_codes: tuple[tuple[ReasonCode, int], ...]
+    latency: tuple[PhaseLatency, ...]
+
+    @property
+    def injection_rate(self) -> float:
+        """Calls that served at least one fact / calls; 0 with no calls."""
+        return self.injected_calls / self.context_calls if self.context_calls else 0.0
+
+    @property
+    def empty_rate(self) -> float:
+        """Calls that served nothing / calls; 0 with no calls."""
+        return self.empty_calls / self.context_calls if self.context_calls else 0.0
+
+    def reason_count(self, *codes: ReasonCode) -> int:
+        """Decisions carrying any of `codes` in the bucket."""
+        return sum(n for code, n in self.reason_codes if code in codes)
+
+
+def series_window(since: datetime, until: datetime | None, bucket: StatsBucket) -> tuple[datetime, datetime]:
+    """The checked window [since, until) of a series (until: now by default)."""
+    check_aware("since", since)
+    check_aware("until", until)
+    end = until if until is not None else datetime.now(UTC)
+    if since >= end:
+        raise InvalidInput("`since` must be before `until` (or before now)", field="since")
+    first = _bucket_start(since, bucket)
+    if (end - first) / bucket.width > MAX_SERIES_BUCKETS:
+        raise InvalidInput(
+            f"the window holds more than {MAX_SERIES_BUCKETS} {bucket.value.lower()} buckets; "
+            "shorten it or choose a wider bucket",
+            field="since",
+        )
+    return since, end
+
+
+async def stats_series(
+    rt: Runtime, project_id: str, since: datetime, until: datetime | None, bucket: StatsBucket
+) -> list[StatsBucketRow]:
+    """Every bucket of [since, until) in order, those without calls included (zeros, null
+    latencies), so a plot's x axis is the window; the first and last are clipped to it."""
+    since, end = series_window(since, until, bucket)
+    async with rt.pool.acquire() as conn:
+        rows = await db_traces.series(conn, project_id, since, end, bucket.width)
+    found = {r["bucket"]: r for r in rows}
+    out: list[StatsBucketRow] = []
+    start = _bucket_start(since, bucket)
+    while start < end:
+        row = found.get(start)
+        out.append(_bucket_row(max(start, since), min(start + bucket.width, end), row))
+        start += bucket.width
+    return out
+
+
+def _bucket_start(instant: datetime, bucket: StatsBucket) -> datetime:
+    return _BUCKET_ORIGIN + ((instant - _BUCKET_ORIGIN) // bucket.width) * bucket.width
+
+
+def _bucket_row(start: datetime, end: datetime, row: asyncpg.Record | None) -> StatsBucketRow:
+    if row is None:
+        return StatsBucketRow(
+            start, end, 0, 0, 0, 0, 0, 0, 0,
+            tuple((ReasonCode(code), 0) for code in db_traces.REASON_COLUMNS),
+            tuple(PhaseLatency(TracePhase(phase), None, None) for phase in db_traces.PHASE_COLUMNS),
+        )  # fmt: skip
+    return StatsBucketRow(
+        start=start,
+        end=end,
+        context_calls=int(row["calls"]),
+        injected_calls=int(row["injected"]),
+        empty_calls=int(row["empty"]),
+        no_relevant_memory_calls=int(row["no_relevant"]),
+        degraded_calls=int(row["degraded"]),
+        facts_served=int(row["facts_served"]),
+        used_tokens=int(row["used_tokens"]),
+        reason_codes=tuple((ReasonCode(code), int(row[col])) for code, col in db_traces.REASON_COLUMNS.items()),
+        latency=tuple(
+            PhaseLatency(TracePhase(phase), row[col][0], row[col][1]) for phase, col in db_traces.PHASE_COLUMNS.items()
+        ),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import asyncpg
@@ -186,6 +186,45 @@ WHERE project_id = $1 AND ($2::timestamptz IS NULL OR created_at >= $2)
 async def stats(conn: asyncpg.Connection, project_id: str, since: datetime | None) -> asyncpg.Record:
     """Usage figures of a project from the per-trace counts (decision rows are never scanned)."""
     return await conn.fetchrow(STATS_SQL, project_id, since)
+
+
+# The phases a trace times, by column: the series' latency percentiles are taken of each.
+PHASE_COLUMNS: dict[str, str] = {
+    "EMBED": "embed_ms",
+    "RETRIEVE": "retrieve_ms",
+    "PACK": "pack_ms",
+    "PERSIST": "persist_ms",
+    "TOTAL": "total_ms",
+}
+
+# The stats of every bucket of a window in one pass over its rows (the stats index gives them
+# in created_at order): integer sums as in STATS_SQL, and each phase's two percentiles from one
+# sort per bucket. Buckets are aligned on a Monday at 00:00 UTC, so hours, days and weeks
+# (Monday to Monday) all start where a person reading a UTC calendar expects.
+SERIES_SQL = f"""
+SELECT date_bin($4::interval, created_at, '2000-01-03T00:00:00Z') AS bucket,
+       count(*) AS calls,
+       sum((facts_served > 0)::int) AS injected,
+       sum((facts_served = 0 AND episodes_served = 0)::int) AS empty,
+       sum((empty_reason IS NOT NULL)::int) AS no_relevant,
+       sum((status = 'DEGRADED')::int) AS degraded,
+       sum(facts_served) AS facts_served,
+       sum(used_tokens) AS used_tokens,
+       {", ".join(f"sum({col}) AS {col}" for col in REASON_COLUMNS.values())},
+       {", ".join(f"percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY {col}) AS {col}" for col in PHASE_COLUMNS.values())}
+FROM context_traces
+WHERE project_id = $1 AND created_at >= $2 AND created_at < $3
+GROUP BY 1
+ORDER BY 1
+"""
+
+
+async def series(
+    conn: asyncpg.Connection, project_id: str, since: datetime, until: datetime, bucket: timedelta
+) -> list[asyncpg.Record]:
+    """Per-bucket usage figures of [since, until), from the per-trace counts; buckets without calls are absent."""
+    rows = await conn.fetch(SERIES_SQL, project_id, since, until, bucket)
+    return cast(list[asyncpg.Record], rows)
 
 
 async def prune_batch(conn: asyncpg.Connection, before: datetime, batch_size: int) -> int:

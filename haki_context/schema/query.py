@@ -9,11 +9,13 @@ import strawberry
 
 from ..core.auth import Scope
 from ..core.limits import DEFAULT_BUDGET
-from ..resolvers import context_query, queries
+from ..core.traces import StatsBucket
+from ..resolvers import context_query, queries, series
 from .enums import ConflictStatus, FactStatus
 from .packet import ContextPacket, ContextTrace, StatsOverview
 from .pagination import Connection, to_connection
 from .records import ConflictSetType, EventType, FactType
+from .series import StatsBucketRow
 
 
 @strawberry.type
@@ -91,3 +93,14 @@ class Query:
     async def stats(self, info: strawberry.Info, since: datetime | None = None) -> StatsOverview:
         info.context.require(Scope.READ)
         return await context_query.stats(info.context, since)
+
+    @strawberry.field(
+        description="Usage figures of the caller's project over [since, until) (until: now), bucket by bucket, "
+        "for plots: every bucket of the window in order, those without calls included; at most 1000 buckets."
+    )
+    async def stats_series(
+        self, info: strawberry.Info, since: datetime, bucket: StatsBucket, until: datetime | None = None
+    ) -> list[StatsBucketRow]:
+        info.context.require(Scope.READ)
+        rows = await series.stats_series(info.context, since, until, bucket)
+        return [StatsBucketRow.of(row) for row in rows]
