@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -282,5 +283,136 @@ async def test_write_through_migration_flushes_what_earlier_writes_queued(
         finally:
             await conn.execute(sql)
         assert await conn.fetchval("SELECT pending_tuples FROM pgstatginindex($1::regclass)", index) == 0
+    finally:
+        await conn.close()
+
+
+# --- history kept (0012): a database the previous version populated, then migrated
+
+
+async def _migrate_until(dsn: str, last: str) -> None:
+    """Apply the shipped migrations up to and including `last`, recorded as `migrate.apply` does."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for name, sql in migrate.available():
+            if name > last:
+                break
+            async with conn.transaction():
+                await conn.execute(sql)
+                await conn.execute("INSERT INTO schema_migrations (name) VALUES ($1)", name)
+    finally:
+        await conn.close()
+
+
+async def test_history_migration_dates_what_the_previous_version_kept_and_leaves_the_rest_unknown(
+    fresh_db: str,
+) -> None:
+    await _migrate_until(fresh_db, "0011_erasure_and_key_scopes.sql")
+    t = {i: datetime(2026, 1, i, tzinfo=UTC) for i in range(1, 10)}
+    ids = {name: uuid.uuid4() for name in "ABCDEFGHIJK"}
+    conflicts = {name: uuid.uuid4() for name in "XYZ"}
+    # (fact, status, recorded_at, superseded_by): what the previous write paths left.
+    facts = [
+        ("A", "ACTIVE", t[1], None),
+        ("B", "SUPERSEDED", t[1], "C"),  # assertFact SUPERSEDE at t2, by C
+        ("C", "ACTIVE", t[2], None),
+        ("D", "SUPERSEDED", t[1], "E"),  # the set X, opened at t3, resolved at t4 keeping E
+        ("E", "ACTIVE", t[1], None),
+        ("F", "RETRACTED", t[1], None),  # retracted, when unknown
+        ("G", "RETRACTED", t[1], "H"),  # superseded by H (t3), retracted afterwards
+        ("H", "ACTIVE", t[3], None),
+        ("I", "ACTIVE", t[1], None),  # the set Y, opened at t5 by J in CONTEST mode
+        ("J", "ACTIVE", t[5], None),
+        ("K", "ACTIVE", t[6], None),  # joined Y in CONTEST mode at t6
+    ]
+    sets = [  # (set, status, created_at, resolved_at, kept, members)
+        ("X", "RESOLVED", t[3], t[4], "E", "DE"),
+        ("Y", "OPEN", t[5], None, None, "IJK"),
+        ("Z", "DISMISSED", t[7], t[8], None, "AC"),
+    ]
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        for name, status, recorded_at, by in facts:
+            await conn.execute(
+                "INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, status, volatility,"
+                " recorded_at, superseded_by, text, embedding) VALUES ('p', $1, 's', 'k', $2, $3, $4, 'STABLE', $5, $6,"
+                " 'k', array_fill(0.1::real, ARRAY[384])::vector)",
+                ids[name],
+                f'"{name}"',
+                name,
+                status,
+                recorded_at,
+                ids[by] if by else None,
+            )
+        for name, status, created_at, resolved_at, kept, members in sets:
+            await conn.execute(
+                "INSERT INTO conflict_sets (project_id, id, subject_id, status, created_at, resolved_at, kept_fact_id)"
+                " VALUES ('p', $1, 's', $2, $3, $4, $5)",
+                conflicts[name],
+                status,
+                created_at,
+                resolved_at,
+                ids[kept] if kept else None,
+            )
+            for position, member in enumerate(members):
+                await conn.execute(
+                    "INSERT INTO conflict_members (project_id, conflict_id, position, fact_id) VALUES ('p', $1, $2, $3)",
+                    conflicts[name],
+                    position,
+                    ids[member],
+                )
+    finally:
+        await conn.close()
+
+    assert await migrate.apply(fresh_db) == [n for n, _ in migrate.available() if n > "0011_erasure_and_key_scopes.sql"]
+
+    conn = await asyncpg.connect(fresh_db)
+    try:
+        rows = await conn.fetch("SELECT id, status, ended_at, end_reason FROM facts")
+        ends = {next(k for k, v in ids.items() if v == r["id"]): (r["end_reason"], r["ended_at"]) for r in rows}
+        assert ends == {
+            "A": (None, None),
+            "B": ("SUPERSEDED", t[2]),  # when its successor was recorded
+            "C": (None, None),
+            "D": ("SUPERSEDED", t[4]),  # when its set was resolved, not when E was recorded
+            "E": (None, None),
+            "F": ("RETRACTED", None),  # the instant of a retraction was never kept
+            "G": ("SUPERSEDED", t[3]),  # it stopped being served when superseded
+            "H": (None, None),
+            "I": (None, None),
+            "J": (None, None),
+            "K": (None, None),
+        }
+        joined = await conn.fetch("SELECT conflict_id, fact_id, added_at FROM conflict_members")
+        added = {
+            (
+                next(k for k, v in conflicts.items() if v == r["conflict_id"]),
+                next(k for k, v in ids.items() if v == r["fact_id"]),
+            ): r["added_at"]
+            for r in joined
+        }
+        assert added == {
+            ("X", "D"): t[3],
+            ("X", "E"): t[3],
+            ("Y", "I"): t[5],
+            ("Y", "J"): t[5],
+            ("Y", "K"): t[6],  # recorded after the set opened: it joined then
+            ("Z", "A"): t[7],
+            ("Z", "C"): t[7],
+        }
+        # From now on the columns hold: an ACTIVE fact has no end, a member always has its instant.
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE facts SET end_reason = 'RETRACTED' WHERE id = $1", ids["A"])
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE facts SET status = 'RETRACTED' WHERE id = $1", ids["C"])
+        with pytest.raises(asyncpg.NotNullViolationError):
+            await conn.execute(
+                "INSERT INTO conflict_members (project_id, conflict_id, position, fact_id) VALUES ('p', $1, 9, $2)",
+                conflicts["Y"],
+                ids["A"],
+            )
     finally:
         await conn.close()

@@ -61,7 +61,7 @@ async def resolve_conflict(rt: Runtime, project_id: str, raw_id: str, raw_keep: 
             await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, keep)
         )
         others = [f for f in conflict.fact_ids if f != keep]
-        facts_or_none(await db_facts.supersede(conn, project_id, others, keep, now))
+        facts_or_none(await db_facts.supersede(conn, project_id, others, keep, now, now))
         return closed
 
 

@@ -134,7 +134,7 @@ async def _supersede(
         )
     superseded = tuple(
         fact_from_row(r)
-        for r in await db_facts.supersede(conn, project_id, [f.id for f in others], new.id, new.valid_from or now)
+        for r in await db_facts.supersede(conn, project_id, [f.id for f in others], new.id, new.valid_from or now, now)
     )
     return FactAssertion(fact=new, outcome=AssertOutcome.SUPERSEDED_PREVIOUS, superseded=superseded)
 
@@ -147,7 +147,7 @@ async def _contest(
         # Join the open set the earlier facts are in; facts outside it join too.
         conflict_id = open_ids[0]
         joining = [f.id for f in others if f.open_conflict_id is None] + [new.id]
-        await db_conflicts.add_members(conn, project_id, conflict_id, joining)
+        await db_conflicts.add_members(conn, project_id, conflict_id, joining, now)
         conflict = conflict_from_row(await db_conflicts.get_one(conn, project_id, conflict_id))
     else:
         conflict = conflict_from_row(
@@ -179,4 +179,4 @@ async def retract_fact(rt: Runtime, project_id: str, raw_id: str, reason: str | 
                 f"the fact is in the OPEN conflict set {fact.open_conflict_id}; resolve or dismiss it first",
                 field="id",
             )
-        return fact_from_row(await db_facts.retract(conn, project_id, fact_id, reason))
+        return fact_from_row(await db_facts.retract(conn, project_id, fact_id, reason, datetime.now(UTC)))

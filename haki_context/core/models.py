@@ -14,6 +14,13 @@ class FactStatus(str, enum.Enum):
     RETRACTED = "RETRACTED"
 
 
+class FactEndReason(str, enum.Enum):
+    """Why a fact stopped being ACTIVE (its system time ended)."""
+
+    SUPERSEDED = "SUPERSEDED"
+    RETRACTED = "RETRACTED"
+
+
 class Volatility(str, enum.Enum):
     STABLE = "STABLE"
     SLOW = "SLOW"
@@ -97,6 +104,10 @@ class Fact:
     superseded_by: str | None
     version: int
     open_conflict_id: str | None = None
+    # System time's end: when the fact stopped being ACTIVE, and why. NULL with a reason set means
+    # the instant is unknown (a retraction made before the server kept it).
+    ended_at: datetime | None = None
+    end_reason: FactEndReason | None = None
 
 
 @dataclass(frozen=True)

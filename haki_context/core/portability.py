@@ -61,7 +61,7 @@ from .limits import (
     check_validity,
     parse_id,
 )
-from .models import ConflictStatus, FactStatus, Volatility
+from .models import ConflictStatus, FactEndReason, FactStatus, Volatility
 from .runtime import Runtime
 from .texts import event_chunks, event_excerpt, fact_text
 
@@ -130,6 +130,8 @@ async def export_lines(
                         "version": row["version"],
                         "openConflictId": _id(row["open_conflict_id"]),
                         "retractReason": row["retract_reason"],
+                        "endedAt": row["ended_at"],
+                        "endReason": row["end_reason"],
                     }
                 )
             async for row in db_portability.conflicts(conn, project_id, subject_id):
@@ -144,6 +146,7 @@ async def export_lines(
                         "createdAt": row["created_at"],
                         "resolvedAt": row["resolved_at"],
                         "keptFactId": _id(row["kept_fact_id"]),
+                        "membersAddedAt": list(row["members_added_at"]),
                     }
                 )
             yield _line({"type": "end", **counts})
@@ -395,6 +398,7 @@ class _Loader:
         open_conflict = _get(r, "openConflictId", str, optional=True)
         reason = _get(r, "retractReason", str, optional=True)
         check_optional_reason(reason)
+        ended_at, end_reason = _fact_end(r, status, superseded_by is not None)
         fact_id = self._facts.define(old, number, "fact")
         if superseded_by is not None:  # the superseding fact comes later in the file, as a rule
             self._superseded_by.append((number, fact_id, parse_id(superseded_by, "supersededBy")))
@@ -423,6 +427,8 @@ class _Loader:
                 open_conflict_id=None,
                 retract_reason=reason,
                 text=fact_text(predicate, value),
+                ended_at=ended_at,
+                end_reason=end_reason.value if end_reason else None,
             )
         )
         self.n_facts += 1
@@ -443,6 +449,7 @@ class _Loader:
             raise InvalidInput("keptFactId is not a member of the set", field="keptFactId")
         created_at = _date(r, "createdAt", required=True)
         assert created_at is not None
+        added_at = _members_added_at(r, len(members))
         conflict_id = self._conflicts.define(old, number, "conflict")
         if status is ConflictStatus.OPEN:
             self._open_sets[old] = set(members)
@@ -457,6 +464,7 @@ class _Loader:
             _date(r, "resolvedAt"),
             None if kept is None else self._facts.new[parse_id(kept)],
             [self._facts.new[m] for m in members],
+            added_at,
         )
         self.n_conflicts += 1
 
@@ -544,6 +552,36 @@ def _date(r: dict[str, Any], key: str, *, required: bool = False) -> datetime | 
         raise InvalidInput(f"{key} is not an ISO-8601 date-time: {raw[:64]!r}", field=key) from None
     check_aware(key, value)
     return value
+
+
+def _fact_end(r: dict[str, Any], status: FactStatus, superseded: bool) -> tuple[datetime | None, FactEndReason | None]:
+    """When and why an imported fact stopped being ACTIVE. A file exported before ends were kept
+    has neither: the reason follows from the status and the supersession, the instant stays
+    unknown (a supersession is dated once the superseding fact is in, as migration 0012 does)."""
+    ended_at = _date(r, "endedAt")
+    raw = r.get("endReason")
+    if status is FactStatus.ACTIVE:
+        if ended_at is not None or raw is not None:
+            raise InvalidInput("an ACTIVE fact has no endedAt or endReason", field="endReason")
+        return None, None
+    if raw is None:
+        return ended_at, FactEndReason.SUPERSEDED if superseded else FactEndReason(status.value)
+    reason: FactEndReason = _choice(r, "endReason", FactEndReason)
+    if reason is FactEndReason.SUPERSEDED and not superseded:
+        raise InvalidInput("endReason SUPERSEDED needs supersededBy", field="endReason")
+    if reason is FactEndReason.RETRACTED and status is not FactStatus.RETRACTED:
+        raise InvalidInput("endReason RETRACTED needs status RETRACTED", field="endReason")
+    return ended_at, reason
+
+
+def _members_added_at(r: dict[str, Any], n_members: int) -> list[datetime | None]:
+    """When each member joined the set, in the order of factIds; unknown (None) when not given."""
+    raw = r.get("membersAddedAt")
+    if raw is None:
+        return [None] * n_members
+    if not isinstance(raw, list) or len(raw) != n_members:
+        raise InvalidInput("membersAddedAt must list one date-time per member of factIds", field="membersAddedAt")
+    return [_date({"membersAddedAt": x}, "membersAddedAt", required=True) for x in raw]
 
 
 def _choice(r: dict[str, Any], key: str, enum: Any) -> Any:

@@ -14,6 +14,7 @@ from .models import (
     EmptyReason,
     Event,
     Fact,
+    FactEndReason,
     FactStatus,
     ItemKind,
     PacketStatus,
@@ -56,6 +57,8 @@ def fact_from_row(row: asyncpg.Record) -> Fact:
         superseded_by=_str(row["superseded_by"]),
         version=row["version"],
         open_conflict_id=_str(row["open_conflict_id"]),
+        ended_at=row["ended_at"],
+        end_reason=FactEndReason(row["end_reason"]) if row["end_reason"] else None,
     )
 
 

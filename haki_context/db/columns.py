@@ -6,7 +6,7 @@ EVENT_COLUMNS = "id, subject_id, kind, payload, occurred_at, recorded_at, excerp
 
 FACT_COLUMNS = (
     "id, subject_id, predicate, value, confidence, status, volatility, valid_from, valid_to, "
-    "recorded_at, last_reinforced_at, source_event_ids, superseded_by, version, open_conflict_id"
+    "recorded_at, last_reinforced_at, source_event_ids, superseded_by, version, open_conflict_id, ended_at, end_reason"
 )
 
 CONFLICT_COLUMNS = (

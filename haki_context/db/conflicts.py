@@ -29,21 +29,25 @@ async def create(
         reason,
         now,
     )
-    await add_members(conn, project_id, conflict_id, fact_ids)
+    await add_members(conn, project_id, conflict_id, fact_ids, now)
     return await get_one(conn, project_id, conflict_id)
 
 
-async def add_members(conn: asyncpg.Connection, project_id: str, conflict_id: str, fact_ids: list[str]) -> None:
+async def add_members(
+    conn: asyncpg.Connection, project_id: str, conflict_id: str, fact_ids: list[str], now: datetime
+) -> None:
+    """Add facts to an OPEN set, dated `now`: a past instant's blocking reads when each joined."""
     await conn.execute(
         """
-        INSERT INTO conflict_members (project_id, conflict_id, position, fact_id)
+        INSERT INTO conflict_members (project_id, conflict_id, position, fact_id, added_at)
         SELECT $1, $2, coalesce((SELECT max(position) + 1 FROM conflict_members
-                                 WHERE project_id = $1 AND conflict_id = $2), 0) + t.i - 1, t.f
+                                 WHERE project_id = $1 AND conflict_id = $2), 0) + t.i - 1, t.f, $4
         FROM unnest($3::uuid[]) WITH ORDINALITY AS t(f, i)
         """,
         project_id,
         conflict_id,
         fact_ids,
+        now,
     )
     await conn.execute(
         "UPDATE facts SET open_conflict_id = $2 WHERE project_id = $1 AND id = ANY($3::uuid[])",

@@ -117,14 +117,23 @@ async def reinforce(
 
 
 async def supersede(
-    conn: asyncpg.Connection, project_id: str, fact_ids: list[str], by_id: str, valid_to: datetime
+    conn: asyncpg.Connection,
+    project_id: str,
+    fact_ids: list[str],
+    by_id: str,
+    valid_to: datetime,
+    ended_at: datetime,
 ) -> list[asyncpg.Record]:
-    """Move facts to SUPERSEDED (validTo set unless already earlier, supersededBy set, version bumped)."""
+    """Move ACTIVE facts to SUPERSEDED (validTo set unless already earlier, supersededBy set, version bumped).
+
+    `valid_to` ends the fact in the world (valid time); `ended_at` is when the server stopped
+    serving it (system time), recorded with the reason SUPERSEDED.
+    """
     rows = await conn.fetch(
         f"""
         UPDATE facts SET status = 'SUPERSEDED', superseded_by = $3,
             valid_to = CASE WHEN valid_to IS NOT NULL AND valid_to < $4 THEN valid_to ELSE $4 END,
-            version = version + 1, open_conflict_id = NULL
+            version = version + 1, open_conflict_id = NULL, ended_at = $5, end_reason = 'SUPERSEDED'
         WHERE project_id = $1 AND id = ANY($2::uuid[])
         RETURNING {FACT_COLUMNS}
         """,
@@ -132,21 +141,29 @@ async def supersede(
         fact_ids,
         by_id,
         valid_to,
+        ended_at,
     )
     order = {fid: i for i, fid in enumerate(fact_ids)}
     return sorted(rows, key=lambda r: order[str(r["id"])])
 
 
-async def retract(conn: asyncpg.Connection, project_id: str, fact_id: str, reason: str | None) -> asyncpg.Record:
+async def retract(
+    conn: asyncpg.Connection, project_id: str, fact_id: str, reason: str | None, now: datetime
+) -> asyncpg.Record:
+    """Move a fact to RETRACTED. An ACTIVE fact ends now; a SUPERSEDED one keeps the end of its
+    supersession, since that is when it stopped being served."""
     row = await conn.fetchrow(
         f"""
-        UPDATE facts SET status = 'RETRACTED', retract_reason = $3, version = version + 1
+        UPDATE facts SET status = 'RETRACTED', retract_reason = $3, version = version + 1,
+            ended_at = CASE WHEN status = 'ACTIVE' THEN $4 ELSE ended_at END,
+            end_reason = CASE WHEN status = 'ACTIVE' THEN 'RETRACTED' ELSE end_reason END
         WHERE project_id = $1 AND id = $2
         RETURNING {FACT_COLUMNS}
         """,
         project_id,
         fact_id,
         reason,
+        now,
     )
     return row
 

@@ -31,7 +31,9 @@ _FACTS = (
 _CONFLICTS = (
     "SELECT c.id, c.status, c.reason, c.created_at, c.resolved_at, c.kept_fact_id,"
     " ARRAY(SELECT m.fact_id FROM conflict_members m"
-    "       WHERE m.project_id = c.project_id AND m.conflict_id = c.id ORDER BY m.position) AS fact_ids"
+    "       WHERE m.project_id = c.project_id AND m.conflict_id = c.id ORDER BY m.position) AS fact_ids,"
+    " ARRAY(SELECT m.added_at FROM conflict_members m"
+    "       WHERE m.project_id = c.project_id AND m.conflict_id = c.id ORDER BY m.position) AS members_added_at"
     " FROM conflict_sets c WHERE c.project_id = $1 AND c.subject_id = $2 ORDER BY c.created_at, c.id"
 )
 
@@ -105,6 +107,8 @@ class RestoredFact:
     open_conflict_id: str | None
     retract_reason: str | None
     text: str
+    ended_at: datetime | None = None
+    end_reason: str | None = None
 
 
 async def insert_facts(
@@ -115,8 +119,9 @@ async def insert_facts(
         """
         INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, confidence, status, volatility,
                            valid_from, valid_to, recorded_at, last_reinforced_at, source_event_ids, superseded_by,
-                           version, open_conflict_id, retract_reason, text, embedding)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::uuid[], $15, $16, $17, $18, $19, $20)
+                           version, open_conflict_id, retract_reason, text, embedding, ended_at, end_reason)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::uuid[], $15, $16, $17, $18, $19, $20,
+                $21, $22)
         """,
         [
             (
@@ -140,6 +145,8 @@ async def insert_facts(
                 f.retract_reason,
                 f.text,
                 v,
+                f.ended_at,
+                f.end_reason,
             )
             for f, v in zip(facts, embeddings)
         ],
@@ -161,7 +168,9 @@ async def link_facts(
     open_conflict: list[tuple[str, str]],
 ) -> None:
     """Set the links of imported facts to records written after them: (fact, superseding fact)
-    and (fact, the OPEN conflict set holding it)."""
+    and (fact, the OPEN conflict set holding it). A superseded fact whose file gave no end
+    instant (an export made before ends were kept) ends when the superseding fact was recorded,
+    as migration 0012 dates it."""
     if superseded_by:
         await conn.execute(
             "UPDATE facts f SET superseded_by = t.by FROM unnest($2::uuid[], $3::uuid[]) AS t(id, by)"
@@ -169,6 +178,13 @@ async def link_facts(
             project_id,
             [f for f, _ in superseded_by],
             [b for _, b in superseded_by],
+        )
+        await conn.execute(
+            "UPDATE facts f SET ended_at = s.recorded_at FROM facts s"
+            " WHERE f.project_id = $1 AND f.id = ANY($2::uuid[]) AND f.ended_at IS NULL"
+            " AND f.end_reason = 'SUPERSEDED' AND s.project_id = f.project_id AND s.id = f.superseded_by",
+            project_id,
+            [f for f, _ in superseded_by],
         )
     if open_conflict:
         await conn.execute(
@@ -191,9 +207,11 @@ async def insert_conflict(
     resolved_at: datetime | None,
     kept_fact_id: str | None,
     fact_ids: list[str],
+    added_at: list[datetime | None],
 ) -> None:
     """A conflict set in the state given, with its members in order (their facts already name
-    an OPEN set as `open_conflict_id`)."""
+    an OPEN set as `open_conflict_id`). A member's join instant, when not given, is the set's
+    opening or the fact's recording, whichever is later (as migration 0012 dates it)."""
     await conn.execute(
         "INSERT INTO conflict_sets (project_id, id, subject_id, status, reason, created_at, resolved_at, kept_fact_id)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -207,9 +225,13 @@ async def insert_conflict(
         kept_fact_id,
     )
     await conn.execute(
-        "INSERT INTO conflict_members (project_id, conflict_id, position, fact_id)"
-        " SELECT $1, $2, t.i - 1, t.f FROM unnest($3::uuid[]) WITH ORDINALITY AS t(f, i)",
+        "INSERT INTO conflict_members (project_id, conflict_id, position, fact_id, added_at)"
+        " SELECT $1, $2, t.i - 1, t.f, coalesce(t.a, greatest($4::timestamptz,"
+        "   (SELECT f.recorded_at FROM facts f WHERE f.project_id = $1 AND f.id = t.f), $4::timestamptz))"
+        " FROM unnest($3::uuid[], $5::timestamptz[]) WITH ORDINALITY AS t(f, a, i)",
         project_id,
         conflict_id,
         fact_ids,
+        created_at,
+        added_at,
     )

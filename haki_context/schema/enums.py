@@ -15,6 +15,7 @@ from ..core.models import (
     ConflictStatus,
     Decision,
     EmptyReason,
+    FactEndReason,
     FactStatus,
     ItemKind,
     PacketStatus,
@@ -24,6 +25,7 @@ from ..core.models import (
 
 for _enum in (
     FactStatus,
+    FactEndReason,
     Volatility,
     AssertMode,
     AssertOutcome,
@@ -42,6 +44,7 @@ __all__ = [
     "ConflictStatus",
     "Decision",
     "EmptyReason",
+    "FactEndReason",
     "FactStatus",
     "ItemKind",
     "PacketStatus",

@@ -12,7 +12,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from ..resolvers import queries
-from .enums import AssertOutcome, ConflictStatus, FactStatus, Volatility
+from .enums import AssertOutcome, ConflictStatus, FactEndReason, FactStatus, Volatility
 
 
 @strawberry.type(name="Event", description="A source event: something that happened, as the agent recorded it.")
@@ -40,6 +40,14 @@ class FactType:
     recorded_at: datetime = strawberry.field(description="When the server stored it.")
     last_reinforced_at: datetime | None = strawberry.field(description="Last time an equal value was asserted again.")
     version: int = strawberry.field(description="Bumped by every status change.")
+    ended_at: datetime | None = strawberry.field(
+        description="When the fact stopped being ACTIVE (system time; null while ACTIVE, or when the instant"
+        " is unknown: a retraction made before the server kept it, see endReason)."
+    )
+    end_reason: FactEndReason | None = strawberry.field(
+        description="Why the fact stopped being ACTIVE: SUPERSEDED (see supersededBy) or RETRACTED; null while"
+        " ACTIVE. A fact retracted after it was superseded keeps SUPERSEDED: it stopped being served then."
+    )
 
     @strawberry.field(description="Ids of the events this fact was drawn from.")
     def source_event_ids(self) -> list[strawberry.ID]:
