@@ -1,0 +1,541 @@
+"""The dashboard, used as a person uses it: Debian's headless Chromium against a live server.
+
+A real `haki-context serve` (its own process and database, development mode, the hashing
+embedder) serves /dashboard; Chromium opens it with the network closed to anything but the
+server (the GraphiQL browser test's setup, reused). Each test does what a person would: opens a
+view, clicks, reads what is on screen, and checks it against the GraphQL API.
+
+With HAKI_DASHBOARD_SCREENSHOTS=<dir> set, each test writes its view's screenshot there
+(docs/img/ holds the committed ones); otherwise under the test's tmp_path.
+
+In CI (env CI set) a missing chromium fails the tests; locally they are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_graphiql_browser import (
+    CDP,
+    CLI,
+    browser,
+    drop_database,
+    find_chromium,
+    free_port,
+    fresh_database,
+    leaves_machine,
+    wait_for,
+)
+
+# Enough fact candidates for a trace of 500+ decisions (the default takes 64 per axis).
+RETRIEVAL_TOP_K = "256"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium; checked before the database starts."""
+    path = find_chromium()
+    if path is None:
+        reason = "Debian's chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; the dashboard browser tests must run in CI", pytrace=False)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(chromium: str, pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`haki-context serve` on a free loopback port in development mode; yields its base URL."""
+    dsn = asyncio.run(fresh_database(pg_uri))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+    env.update(
+        HAKI_DATABASE_URL=dsn,
+        HAKI_EMBED_PROVIDER="hashing",
+        HAKI_DEV_MODE="1",
+        HAKI_RETRIEVAL_TOP_K=RETRIEVAL_TOP_K,
+        HAKI_DATA_DIR=str(tmp_path_factory.mktemp("haki-dashboard-data")),
+    )
+    log = (tmp_path_factory.mktemp("haki-dashboard-log") / "serve.log").open("w+b")
+    proc = subprocess.Popen(
+        [CLI, "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"haki-context serve exited with {proc.returncode}:\n{log.read().decode(errors='replace')}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail("haki-context serve was not ready within 60 s")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        asyncio.run(drop_database(pg_uri, dsn))
+
+
+# ---------------------------------------------------------------- the API, as an agent calls it
+
+
+def gql(base: str, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = httpx.post(f"{base}/graphql", json={"query": query, "variables": variables or {}}, timeout=30).json()
+    assert not body.get("errors"), body
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+def new_subject(label: str) -> str:
+    return f"{label}-{uuid.uuid4().hex[:8]}"
+
+
+ASSERT = "mutation($i: FactInput!) { assertFact(input: $i) { fact { id } outcome conflict { id } } }"
+CONTEXT = """query($s: String!, $q: String!, $b: Int) {
+  context(subjectId: $s, query: $q, budget: $b) {
+    traceId usedTokens facts { id predicate }
+    trace { decisions { itemKind itemId decision reasonCode rank similarity fullText recency tokens } }
+  }
+}"""
+
+
+def assert_fact(base: str, subject: str, predicate: str, value: Any, **more: Any) -> dict[str, Any]:
+    fact: dict[str, Any] = gql(
+        base, ASSERT, {"i": {"subjectId": subject, "predicate": predicate, "value": value, **more}}
+    )["assertFact"]
+    return fact
+
+
+def assert_facts(base: str, subject: str, facts: list[dict[str, Any]]) -> list[str]:
+    """Many facts, 15 to a request (the alias limit); returns their ids in order."""
+    ids: list[str] = []
+    for start in range(0, len(facts), 15):
+        chunk = facts[start : start + 15]
+        fields = " ".join(f"f{i}: assertFact(input: $i{i}) {{ fact {{ id }} }}" for i in range(len(chunk)))
+        params = ", ".join(f"$i{i}: FactInput!" for i in range(len(chunk)))
+        variables = {f"i{i}": {"subjectId": subject, **f} for i, f in enumerate(chunk)}
+        data = gql(base, f"mutation({params}) {{ {fields} }}", variables)
+        ids += [data[f"f{i}"]["fact"]["id"] for i in range(len(chunk))]
+    return ids
+
+
+def open_conflicts(base: str, pairs: list[tuple[str, str]]) -> None:
+    for start in range(0, len(pairs), 15):
+        chunk = pairs[start : start + 15]
+        fields = " ".join(f'c{i}: openConflict(factIds: ["{a}", "{b}"]) {{ id }}' for i, (a, b) in enumerate(chunk))
+        gql(base, f"mutation {{ {fields} }}")
+
+
+def record_events(base: str, subject: str, texts: list[str], occurred: datetime | None = None) -> list[str]:
+    inputs = [
+        {
+            "subjectId": subject,
+            "kind": "conversation.message",
+            "payload": {"role": "user", "text": text},
+            **({"occurredAt": (occurred + timedelta(minutes=i)).isoformat()} if occurred else {}),
+        }
+        for i, text in enumerate(texts)
+    ]
+    data = gql(base, "mutation($e: [EventInput!]!) { recordEvents(inputs: $e) { id } }", {"e": inputs})
+    return [e["id"] for e in data["recordEvents"]]
+
+
+def context(base: str, subject: str, query: str, budget: int = 900) -> dict[str, Any]:
+    packet: dict[str, Any] = gql(base, CONTEXT, {"s": subject, "q": query, "b": budget})["context"]
+    return packet
+
+
+# ---------------------------------------------------------------- the browser, as a person uses it
+
+
+@dataclass
+class Page:
+    """One tab of the dashboard, with what it asked the network for and what went wrong."""
+
+    cdp: CDP
+    session: str
+    base: str
+    shots: Path
+    requests: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    exceptions: list[str] = field(default_factory=list)
+
+    def on_event(self, method: str, params: dict[str, Any]) -> None:
+        if params.get("sessionId") not in (None, self.session) and method.startswith("Target."):
+            return
+        if method == "Network.requestWillBeSent":
+            self.requests.append(params["request"]["url"])
+        elif method == "Network.webSocketCreated":
+            self.requests.append(params["url"])
+        elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
+            self.failures.append(f"{params['response']['status']} {params['response']['url']}")
+        elif method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            self.exceptions.append(details.get("exception", {}).get("description") or details.get("text", "?"))
+
+    async def js(self, expression: str) -> Any:
+        reply = await self.cdp.send(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=self.session,
+        )
+        if "exceptionDetails" in reply:
+            raise AssertionError(f"{expression!r} threw: {reply['exceptionDetails']}")
+        return reply["result"].get("value")
+
+    async def open(self, fragment: str) -> None:
+        await self.cdp.send("Page.navigate", {"url": f"{self.base}/dashboard{fragment}"}, session=self.session)
+        await wait_for(lambda: self.js("document.readyState === 'complete' && !!window.haki"), "the dashboard to load")
+
+    async def wait(self, expression: str, what: str, until: Any = bool, timeout: float = 10.0) -> Any:
+        """Wait until `expression`, evaluated in the page, satisfies `until`; a timeout shows the
+        page's error banner and view, to say why."""
+        try:
+            return await wait_for(lambda: self.js(expression), what, until, timeout)
+        except AssertionError as exc:
+            banner = await self.text("#banner")
+            shown = (await self.text("#view"))[:1500]
+            raise AssertionError(f"{exc}\nbanner: {banner!r}\nview: {shown}") from None
+
+    async def text(self, selector: str) -> str:
+        value = await self.js(f"document.querySelector({json.dumps(selector)})?.innerText ?? ''")
+        return str(value)
+
+    async def click(self, selector: str) -> None:
+        """A real mouse click (press and release) at the middle of the element's first box (a link
+        may wrap), scrolled into view."""
+        box = await self.js(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block: 'center'}});"
+            " const r = e.getClientRects()[0]; return {x: r.x + r.width / 2, y: r.y + r.height / 2}; })()"
+        )
+
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.cdp.send(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": box["x"], "y": box["y"], "button": "left", "clickCount": 1},
+                session=self.session,
+            )
+
+    async def screenshot(self, name: str) -> None:
+        await self.js("window.scrollTo(0, 0)")
+        shot = await self.cdp.send("Page.captureScreenshot", {"format": "png"}, session=self.session)
+        png = self.shots / f"{name}.png"
+        png.write_bytes(base64.b64decode(shot["data"]))
+        print(f"screenshot: {png}")
+
+    def check_clean(self) -> None:
+        """Nothing left the machine, nothing failed, no script threw."""
+        off_machine = [url for url in self.requests if leaves_machine(url)]
+        assert not off_machine, f"the page tried to leave the machine: {off_machine}"
+        assert not self.failures, f"failed requests: {self.failures}"
+        assert not self.exceptions, f"uncaught JavaScript exceptions: {self.exceptions}"
+
+
+@contextlib.asynccontextmanager
+async def dashboard(chromium: str, base: str, tmp_path: Path) -> AsyncIterator[Page]:
+    shots = Path(os.environ.get("HAKI_DASHBOARD_SCREENSHOTS") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    async with browser(chromium) as cdp:
+        target = await cdp.send("Target.createTarget", {"url": "about:blank"})
+        session = (await cdp.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}))[
+            "sessionId"
+        ]
+        page = Page(cdp, session, base, shots)
+        cdp.listeners.append(page.on_event)
+        for domain in ("Network", "Page", "Runtime"):
+            await cdp.send(f"{domain}.enable", session=session)
+        await cdp.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 1280, "height": 860, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+        )
+        yield page
+
+
+# ---------------------------------------------------------------- the tests
+
+
+async def test_the_front_page_and_graphiql_link_to_the_dashboard(server: str) -> None:
+    async with httpx.AsyncClient(base_url=server) as client:
+        front = await client.get("/")
+        page = await client.get("/dashboard")
+        ide = await client.get("/graphql", headers={"accept": "text/html"})
+    assert front.status_code == 200 and 'href="/dashboard"' in front.text and 'href="/graphql"' in front.text
+    assert page.status_code == 200 and "/static/dashboard/dashboard.js" in page.text
+    assert 'href="/dashboard"' in ide.text
+
+
+async def test_the_live_list_shows_a_context_call_made_after_the_page_opened(
+    chromium: str, server: str, tmp_path: Path
+) -> None:
+    subject, other = new_subject("live"), new_subject("other")
+    assert_fact(server, subject, "invoice_language", "German")
+    assert_fact(server, subject, "preferred_currency", "EUR")
+    record_events(server, subject, ["Please send the invoices in German from now on."])
+    context(server, subject, "Which currency?")  # one call before the page opens
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/traces?subject={subject}")
+        await page.wait("document.querySelectorAll('#trace-rows tr').length", "the first call's row")
+        await wait_for(lambda: page.text("#live-state"), "the list to go live", lambda s: s.startswith("live"))
+
+        context(server, other, "Which language?")  # another subject: filtered out
+        packet = context(server, subject, "Which language should invoices be written in?")
+        row = f"#trace-rows tr[data-trace='{packet['traceId']}']"
+        # Within 2 s of the call's answer, the new call is at the top of the list.
+        await page.wait(f"!!document.querySelector({json.dumps(row)})", "the new call's row", timeout=2)
+        cells = await page.js(f"Array.from(document.querySelectorAll({json.dumps(row + ' td')}), c => c.innerText)")
+        assert cells[1] == subject
+        assert cells[2] == "Which language should invoices be written in?"
+        assert cells[3].startswith("OK")
+        served_facts = len(packet["facts"])
+        served_episodes = sum(
+            1 for d in packet["trace"]["decisions"] if d["itemKind"] == "EPISODE" and d["decision"] == "INCLUDED"
+        )
+        assert cells[5].split()[0] == str(served_facts) and cells[6] == str(served_episodes), cells
+        assert cells[7].startswith(f"{packet['usedTokens']} / 900"), cells
+        first = await page.js("document.querySelector('#trace-rows tr').dataset.trace")
+        assert first == packet["traceId"], "the newest call is listed first"
+        ids = await page.js("Array.from(document.querySelectorAll('#trace-rows tr'), r => r.dataset.trace)")
+        assert len(ids) == 2, "the other subject's call is not listed under this filter"
+        mode = await page.text("#live-state")
+        print(f"live list mode: {mode}")
+
+        # Unfiltered, with a status filter: only the degraded calls of every subject.
+        a, b = (
+            assert_fact(server, subject, "vat_id", "DE1"),
+            assert_fact(server, subject, "vat_id", "DE2", mode="CONTEST"),
+        )
+        assert b["outcome"] == "CONFLICT_OPENED", (a, b)
+        degraded = context(server, subject, "What is the VAT id?")
+        await page.open("#/traces?status=DEGRADED")
+        await page.wait("document.querySelectorAll('#trace-rows tr').length", "a degraded row")
+        statuses = await page.js(
+            "Array.from(document.querySelectorAll('#trace-rows tr td:nth-child(4)'), c => c.innerText)"
+        )
+        assert statuses and all(s.startswith("DEGRADED") for s in statuses), statuses
+        assert await page.js(f"!!document.querySelector(\"tr[data-trace='{degraded['traceId']}']\")")
+        await page.open("#/traces")
+        await page.wait("document.querySelectorAll('#trace-rows tr').length >= 4", "every call")
+        await page.screenshot("dashboard-traces")
+        page.check_clean()
+
+
+def fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+async def test_opening_a_call_shows_every_decision_with_its_score_components(
+    chromium: str, server: str, tmp_path: Path
+) -> None:
+    subject = new_subject("trace")
+    long_ago = (datetime.now(UTC) - timedelta(days=120)).isoformat()
+    assert_facts(
+        server,
+        subject,
+        [
+            {"predicate": "invoice_language", "value": "German"},
+            {"predicate": "invoice_format", "value": "PDF invoices, one per order"},
+            {"predicate": "billing_contact", "value": "Anna Berg in Hamburg handles invoices"},
+            {"predicate": "shipping_address", "value": {"city": "Hamburg", "street": "Elbchaussee 1"}},
+            {
+                "predicate": "current_project",
+                "value": "invoice migration",
+                "volatility": "VOLATILE",
+                "validFrom": long_ago,
+            },
+            {"predicate": "notes", "value": "Long invoice notes " + "about payment terms and dunning " * 40},
+        ],
+    )
+    a = assert_fact(server, subject, "invoice_currency", "EUR")
+    b = assert_fact(server, subject, "invoice_currency", "CHF", mode="CONTEST")
+    assert b["conflict"], b
+    record_events(
+        server,
+        subject,
+        ["The invoices should be in German, please.", "Anna said invoices go out on Fridays.", "Unrelated chat"],
+        occurred=datetime.now(UTC) - timedelta(days=2),
+    )
+    packet = context(server, subject, "In which language and currency are invoices written?", budget=120)
+    decisions = packet["trace"]["decisions"]
+    reasons = {d["reasonCode"] for d in decisions}
+    assert {"CONFLICT_OPEN", "VOLATILITY_EXPIRED", "OVER_BUDGET", "TOP_SCORE"} <= reasons, reasons
+
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/traces?subject={subject}")
+        link = f"tr[data-trace='{packet['traceId']}'] a.open-trace"
+        await page.wait(f"!!document.querySelector({json.dumps(link)})", "the call in the list")
+        await page.click(link)
+        await page.wait(
+            "document.querySelectorAll('#decisions tbody tr').length",
+            "every decision",
+            lambda n: n == len(decisions),
+        )
+        rows = await page.js(
+            """Array.from(document.querySelectorAll('#decisions tbody tr'), r => {
+                 const cell = (c) => r.querySelector(`td[data-c="${c}"]`).innerText;
+                 const tds = r.querySelectorAll('td');
+                 return {rank: tds[0].innerText, kind: tds[1].innerText, decision: tds[3].innerText, reason: tds[4].innerText,
+                         similarity: cell('similarity'), fullText: cell('fullText'), recency: cell('recency'),
+                         tokens: cell('tokens'), why: tds[11].innerText};
+               })"""
+        )
+        # Every candidate, in the trace's rank order, with its decision, reason and score components.
+        for shown, d in zip(rows, decisions, strict=True):
+            assert shown["rank"] == ("" if d["rank"] is None else str(d["rank"]))
+            assert shown["kind"] == d["itemKind"].lower()
+            assert (shown["decision"], shown["reason"]) == (d["decision"], d["reasonCode"])
+            assert shown["similarity"] == fmt(d["similarity"]), (shown, d)
+            assert shown["fullText"] == fmt(d["fullText"]), (shown, d)
+            assert shown["recency"] == fmt(d["recency"]), (shown, d)
+            assert shown["tokens"] == str(d["tokens"])
+            if d["reasonCode"] == "CONFLICT_OPEN":
+                assert shown["why"].startswith("conflict ") and "still open" in shown["why"], shown
+            if d["reasonCode"] == "VOLATILITY_EXPIRED":
+                assert "VOLATILE: 60 d from" in shown["why"] and "expired" in shown["why"], shown
+            if d["reasonCode"] == "OVER_BUDGET":
+                assert shown["why"] == f"needed {d['tokens']} tokens", shown
+        blocked = {d["itemId"] for d in decisions if d["reasonCode"] == "CONFLICT_OPEN"}
+        assert blocked == {a["fact"]["id"], b["fact"]["id"]}
+
+        # The packet as served and the budget bar: what the served items took, and what was left.
+        packet_text = await page.text("#packet")
+        assert "- invoice language: German (" in packet_text, packet_text
+        legend = await page.text(".legend")
+        served = sum(d["tokens"] for d in decisions if d["decision"] == "INCLUDED")
+        assert served == packet["usedTokens"]
+        assert f"Unused {120 - served}" in legend, legend
+        # A fact's source link leads to the event.
+        await page.screenshot("dashboard-trace")
+        page.check_clean()
+
+
+async def test_resolving_a_conflict_in_the_subject_view_changes_the_next_context_call(
+    chromium: str, server: str, tmp_path: Path
+) -> None:
+    subject = new_subject("subject")
+    source = record_events(server, subject, ["I moved to Lisbon last month."])[0]
+    assert_facts(
+        server,
+        subject,
+        [
+            {"predicate": "employer", "value": "Acme GmbH", "validFrom": "2024-01-01T00:00:00+00:00"},
+            {"predicate": "timezone", "value": "Europe/Berlin"},
+            {"predicate": "phone", "value": "+49 30 1234567"},
+        ],
+    )
+    assert_fact(server, subject, "timezone", "Europe/Lisbon", sourceEventIds=[source])  # supersedes Berlin
+    old = assert_fact(server, subject, "home_city", "Berlin")
+    new = assert_fact(server, subject, "home_city", "Lisbon", mode="CONTEST", sourceEventIds=[source])
+    conflict = new["conflict"]["id"]
+    before = context(server, subject, "Which city does the user live in?")
+    assert not any(f["predicate"] == "home_city" for f in before["facts"])
+
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/subject/{subject}")
+        card = f"#open-conflicts [data-conflict='{conflict}']"
+        await page.wait(f"!!document.querySelector({json.dumps(card)})", "the open conflict")
+        await page.wait("document.querySelectorAll('#facts-active tbody tr[data-fact]').length >= 4", "the facts")
+        assert "Europe/Berlin" in await page.text("#facts-superseded")
+        assert "I moved to Lisbon" in await page.text("#events")
+        await page.screenshot("dashboard-subject")
+
+        await page.click(f"{card} button.keep[data-keep='{new['fact']['id']}']")
+        await wait_for(lambda: page.text("#last-action"), "the resolution", lambda s: s.startswith("Conflict resolved"))
+        assert not await page.js(f"!!document.querySelector({json.dumps(card)})"), "the conflict is no longer open"
+        assert f"conflict-{conflict}" in await page.js("document.querySelector('#closed-conflicts').innerHTML")
+        assert "Berlin" in await page.text("#facts-superseded")
+        page.check_clean()
+
+    after = context(server, subject, "Which city does the user live in?")
+    served = {f["id"]: f["predicate"] for f in after["facts"]}
+    assert new["fact"]["id"] in served and old["fact"]["id"] not in served, after
+    assert not any(d["reasonCode"] == "CONFLICT_OPEN" for d in after["trace"]["decisions"])
+
+
+async def test_the_stats_plots_render(chromium: str, server: str, tmp_path: Path) -> None:
+    subject = new_subject("stats")
+    assert_fact(server, subject, "invoice_language", "German")
+    for query in ("Which language?", "What about the weather?", "Invoice language?"):
+        context(server, subject, query)
+    context(server, new_subject("empty"), "Nothing here")
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open("#/stats?window=day")
+        await page.wait("document.querySelectorAll('.plot').length", "the plots", lambda n: n == 5)
+        plots = await page.js(
+            """Array.from(document.querySelectorAll('.plot'), p => ({
+                 id: p.id, title: p.querySelector('figcaption').innerText,
+                 drawn: p.querySelectorAll('svg polyline.series, svg circle.series').length,
+                 width: p.querySelector('svg').getBoundingClientRect().width}))"""
+        )
+        for plot in plots:
+            assert plot["drawn"] > 0 and plot["width"] > 100, plot
+        # The calls plot's highest point is the calls of this hour, as statsSeries counts them.
+        since = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+        rows = gql(
+            server, "query($s: DateTime!) { statsSeries(since: $s, bucket: HOUR) { contextCalls } }", {"s": since}
+        )
+        assert max(r["contextCalls"] for r in rows["statsSeries"]) >= 4
+        calls = await page.text("#tiles")
+        assert "Context calls" in calls
+        await page.screenshot("dashboard-stats")
+        page.check_clean()
+
+
+async def test_a_trace_of_500_decisions_renders_whole(chromium: str, server: str, tmp_path: Path) -> None:
+    subject = new_subject("big")
+    words = ["invoice", "payment", "order", "customer", "language", "currency", "delivery", "contract"]
+    facts = [
+        {"predicate": f"note_{i}", "value": f"{words[i % 8]} detail {i} of the account {words[(i * 3) % 8]}"}
+        for i in range(300)
+    ]
+    ids = assert_facts(server, subject, facts)
+    conflicted = assert_facts(
+        server, subject, [{"predicate": f"disputed_{i}", "value": f"invoice dispute {i}"} for i in range(240)]
+    )
+    open_conflicts(server, list(zip(conflicted[::2], conflicted[1::2], strict=True)))
+    record_events(server, subject, [f"Customer message {i} about the invoice and the payment" for i in range(100)])
+    packet = context(server, subject, "invoice payment customer currency", budget=4000)
+    decisions = packet["trace"]["decisions"]
+    assert len(ids) == 300 and len(decisions) >= 500, len(decisions)
+
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open("#/traces")
+        started = await page.js("performance.now()")
+        await page.js(f"location.hash = '#/trace/{packet['traceId']}'")
+        await page.wait(
+            "document.querySelectorAll('#decisions tbody tr').length",
+            "every decision",
+            lambda n: n == len(decisions),
+        )
+        shown = await page.js("performance.now()")
+        render_ms = int(await page.js("document.body.dataset.traceRenderMs"))
+        load_ms = int(await page.js("document.body.dataset.traceLoadMs"))
+        print(
+            f"trace of {len(decisions)} decisions: rendered in {render_ms} ms after the data arrived,"
+            f" {load_ms} ms with the query, {shown - started:.0f} ms from the click as polled"
+        )
+        page.check_clean()
