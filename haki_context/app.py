@@ -37,6 +37,7 @@ from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
 from .core.supervisor import Supervisor
 from .cors import cors_middleware
+from .dashboard import dashboard_page, front_page
 from .db import embedded, migrate
 from .export_http import export_subject
 from .mcp_server.http import McpEndpoint
@@ -488,6 +489,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
         Route("/export", export_subject, methods=["GET"]),
         Route("/mcp", mcp, methods=["POST"]),  # stateless: no stream to GET, no session to DELETE
+        Route("/", front_page, methods=["GET"]),
+        Route("/dashboard", dashboard_page, methods=["GET"]),
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(settings))

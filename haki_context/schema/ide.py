@@ -51,6 +51,14 @@ _REL_RE = re.compile(r"""\brel\s*=\s*"([^"]*)\"""", re.IGNORECASE)
 # the rest of the script.
 _EXAMPLE_QUERY_RE = re.compile(r"const EXAMPLE_QUERY = `[^`]*`;")
 
+# A link to the dashboard, over the bottom of GraphiQL's sidebar: the page's way to the
+# traces the queries here produce.
+_DASHBOARD_LINK = (
+    '<a href="/dashboard" title="Traces, subjects and stats (the dashboard)" '
+    'style="position:fixed;left:8px;bottom:64px;z-index:10;font:12px system-ui,sans-serif;'
+    'color:#2f6fde;text-decoration:none">Dash&shy;board</a>'
+)
+
 
 @functools.lru_cache(maxsize=1)
 def _strawberry_template() -> str:
@@ -128,5 +136,8 @@ def render_graphiql_page(default_query: str, static_prefix: str = "/static/graph
     page, count = _EXAMPLE_QUERY_RE.subn(lambda _: f"const EXAMPLE_QUERY = {_js_string(default_query)};", page)
     if count != 1:
         raise RuntimeError("Strawberry's GraphiQL template has no EXAMPLE_QUERY to replace")
+    if page.count("</body>") != 1:
+        raise RuntimeError("Strawberry's GraphiQL template has no single </body> to put the dashboard link before")
+    page = page.replace("</body>", f"{_DASHBOARD_LINK}\n  </body>")
 
     return page
