@@ -15,6 +15,9 @@ from haki_context.core.auth import DEV_PROJECT, Caller
 from haki_context.core.portability import export_lines, import_lines
 from haki_context.core.runtime import Runtime
 
+# What an export holds of the history; a file written before it was kept has none of it.
+HISTORY_FIELDS = ("endedAt", "endReason", "activeValidTo", "reinforcedAt", "membersAddedAt")
+
 FACT = "id status recordedAt endedAt endReason supersededBy { id recordedAt } value"
 
 
@@ -143,13 +146,13 @@ async def test_an_export_carries_the_ends_and_an_import_restores_them(
 async def test_a_file_exported_before_ends_were_kept_is_dated_as_the_migration_dates(
     client: GraphQLClient, runtime: Runtime, subject: str
 ) -> None:
-    old = await assert_fact(client, subject, "pet", "cat")
+    old = await assert_fact(client, subject, "pet", "cat", validTo="2030-01-01T00:00:00+00:00")
     new = await assert_fact(client, subject, "pet", "dog")
     gone = await assert_fact(client, subject, "nickname", "Annie")
     await retract(client, gone["fact"]["id"])
     older = []
     for r in await _export(runtime, subject):
-        older.append({k: v for k, v in r.items() if k not in ("endedAt", "endReason", "membersAddedAt")})
+        older.append({k: v for k, v in r.items() if k not in HISTORY_FIELDS})
 
     project = f"project-{uuid.uuid4().hex[:12]}"
     await import_lines(runtime, Caller.operator(project), [orjson.dumps(r) for r in older])
@@ -165,9 +168,36 @@ async def test_a_file_exported_before_ends_were_kept_is_dated_as_the_migration_d
         "RETRACTED",
         None,
     )
+    # The validTo while ACTIVE (2030) was cut at the supersession: no longer known, it counts as open.
+    assert superseded["activeValidTo"] is None and superseded["validTo"] == successor["recordedAt"]
     assert old["fact"]["id"] != superseded["id"] and new["outcome"] == "SUPERSEDED_PREVIOUS"
 
 
 async def _lines(stream: Any) -> Any:
     async for line in stream:
         yield orjson.loads(line)
+
+
+async def test_a_supersession_keeps_the_validity_the_fact_had_while_active(
+    client: GraphQLClient, runtime: Runtime, subject: str
+) -> None:
+    old = await assert_fact(client, subject, "plan", "gold", validTo="2030-01-01T00:00:00+00:00")
+    await assert_fact(client, subject, "plan", "silver", validFrom="2020-01-01T00:00:00+00:00")
+    data = await client.execute("query($id: ID!) { fact(id: $id) { validTo } }", {"id": old["fact"]["id"]})
+    assert at(data["fact"]["validTo"]) == at("2020-01-01T00:00:00+00:00")  # cut by the successor's validity
+    async with runtime.pool.acquire() as conn:
+        kept = await conn.fetchval("SELECT active_valid_to FROM facts WHERE id = $1", uuid.UUID(old["fact"]["id"]))
+    assert kept == at("2030-01-01T00:00:00+00:00")  # what a past instant's validity reads
+
+
+async def test_every_reinforcement_is_listed(client: GraphQLClient, runtime: Runtime, subject: str) -> None:
+    first = await assert_fact(client, subject, "pet", "cat")
+    for _ in range(2):
+        assert (await assert_fact(client, subject, "pet", "cat"))["outcome"] == "REINFORCED"
+    async with runtime.pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT reinforced_at, last_reinforced_at, recorded_at FROM facts WHERE id = $1",
+            uuid.UUID(first["fact"]["id"]),
+        )
+    assert len(row["reinforced_at"]) == 2 and row["reinforced_at"] == sorted(row["reinforced_at"])
+    assert row["reinforced_at"][-1] == row["last_reinforced_at"] and row["reinforced_at"][0] > row["recorded_at"]

@@ -314,19 +314,21 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
     t = {i: datetime(2026, 1, i, tzinfo=UTC) for i in range(1, 10)}
     ids = {name: uuid.uuid4() for name in "ABCDEFGHIJK"}
     conflicts = {name: uuid.uuid4() for name in "XYZ"}
-    # (fact, status, recorded_at, superseded_by): what the previous write paths left.
+    noon = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    # (fact, status, recorded_at, superseded_by, valid_from, valid_to, last_reinforced_at): what
+    # the previous write paths left (a supersession cut valid_to, a reinforcement moved its date).
     facts = [
-        ("A", "ACTIVE", t[1], None),
-        ("B", "SUPERSEDED", t[1], "C"),  # assertFact SUPERSEDE at t2, by C
-        ("C", "ACTIVE", t[2], None),
-        ("D", "SUPERSEDED", t[1], "E"),  # the set X, opened at t3, resolved at t4 keeping E
-        ("E", "ACTIVE", t[1], None),
-        ("F", "RETRACTED", t[1], None),  # retracted, when unknown
-        ("G", "RETRACTED", t[1], "H"),  # superseded by H (t3), retracted afterwards
-        ("H", "ACTIVE", t[3], None),
-        ("I", "ACTIVE", t[1], None),  # the set Y, opened at t5 by J in CONTEST mode
-        ("J", "ACTIVE", t[5], None),
-        ("K", "ACTIVE", t[6], None),  # joined Y in CONTEST mode at t6
+        ("A", "ACTIVE", t[1], None, None, None, t[4]),
+        ("B", "SUPERSEDED", t[1], "C", None, t[2], None),  # assertFact SUPERSEDE at t2, by C: cut at t2
+        ("C", "ACTIVE", t[2], None, None, None, None),
+        ("D", "SUPERSEDED", t[1], "E", None, t[4], None),  # the set X, opened at t3, resolved at t4 keeping E
+        ("E", "ACTIVE", t[1], None, None, None, None),
+        ("F", "RETRACTED", t[1], None, None, None, None),  # retracted, when unknown
+        ("G", "RETRACTED", t[1], "H", None, noon, None),  # valid to noon; superseded by H (t3), then retracted
+        ("H", "ACTIVE", t[3], None, t[2], None, None),  # valid from t2: G's noon was before the cut, so kept
+        ("I", "ACTIVE", t[1], None, None, None, None),  # the set Y, opened at t5 by J in CONTEST mode
+        ("J", "ACTIVE", t[5], None, None, None, None),
+        ("K", "ACTIVE", t[6], None, None, None, None),  # joined Y in CONTEST mode at t6
     ]
     sets = [  # (set, status, created_at, resolved_at, kept, members)
         ("X", "RESOLVED", t[3], t[4], "E", "DE"),
@@ -335,10 +337,11 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
     ]
     conn = await asyncpg.connect(fresh_db)
     try:
-        for name, status, recorded_at, by in facts:
+        for name, status, recorded_at, by, valid_from, valid_to, reinforced in facts:
             await conn.execute(
                 "INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, status, volatility,"
-                " recorded_at, superseded_by, text, embedding) VALUES ('p', $1, 's', 'k', $2, $3, $4, 'STABLE', $5, $6,"
+                " recorded_at, superseded_by, valid_from, valid_to, last_reinforced_at, text, embedding)"
+                " VALUES ('p', $1, 's', 'k', $2, $3, $4, 'STABLE', $5, $6, $7, $8, $9,"
                 " 'k', array_fill(0.1::real, ARRAY[384])::vector)",
                 ids[name],
                 f'"{name}"',
@@ -346,6 +349,9 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
                 status,
                 recorded_at,
                 ids[by] if by else None,
+                valid_from,
+                valid_to,
+                reinforced,
             )
         for name, status, created_at, resolved_at, kept, members in sets:
             await conn.execute(
@@ -371,7 +377,7 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
 
     conn = await asyncpg.connect(fresh_db)
     try:
-        rows = await conn.fetch("SELECT id, status, ended_at, end_reason FROM facts")
+        rows = await conn.fetch("SELECT id, status, ended_at, end_reason, active_valid_to, reinforced_at FROM facts")
         ends = {next(k for k, v in ids.items() if v == r["id"]): (r["end_reason"], r["ended_at"]) for r in rows}
         assert ends == {
             "A": (None, None),
@@ -386,6 +392,11 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
             "J": (None, None),
             "K": (None, None),
         }
+        # The validTo each superseded fact had while ACTIVE: kept where the cut left it, else open-ended.
+        while_active = {name: r["active_valid_to"] for name, r in zip(_names(rows, ids), rows, strict=True)}
+        assert {n: while_active[n] for n in "BDG"} == {"B": None, "D": None, "G": noon}
+        reinforced = {name: r["reinforced_at"] for name, r in zip(_names(rows, ids), rows, strict=True)}
+        assert reinforced == {name: ([t[4]] if name == "A" else []) for name in ids}
         joined = await conn.fetch("SELECT conflict_id, fact_id, added_at FROM conflict_members")
         added = {
             (
@@ -416,3 +427,8 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
             )
     finally:
         await conn.close()
+
+
+def _names(rows: list[asyncpg.Record], ids: dict[str, uuid.UUID]) -> list[str]:
+    by_id = {v: k for k, v in ids.items()}
+    return [by_id[r["id"]] for r in rows]

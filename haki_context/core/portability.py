@@ -71,6 +71,9 @@ MEDIA_TYPE = "application/x-ndjson"
 
 # Records embedded and written per round of an import.
 IMPORT_BATCH = 256
+# The most dates one list of a record may hold (a fact's reinforcements, a set's join instants):
+# a bound on the work one line can ask for, far above what a real memory holds.
+MAX_HISTORY_DATES = 100_000
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -132,6 +135,8 @@ async def export_lines(
                         "retractReason": row["retract_reason"],
                         "endedAt": row["ended_at"],
                         "endReason": row["end_reason"],
+                        "activeValidTo": row["active_valid_to"],
+                        "reinforcedAt": list(row["reinforced_at"]),
                     }
                 )
             async for row in db_portability.conflicts(conn, project_id, subject_id):
@@ -314,6 +319,7 @@ class _Loader:
         # new id, the old id it points to).
         self._superseded_by: list[tuple[int, str, str]] = []
         self._open_conflict: list[tuple[int, str, str]] = []
+        self._undated: list[str] = []  # superseded facts of a file that kept no history: dated at the end
         # Checked at the end too: the OPEN sets' members and the facts that say they are in one.
         self._open_member_of: dict[str, tuple[int, str]] = {}  # old fact id -> (line, old conflict id)
         self._open_sets: dict[str, set[str]] = {}  # old conflict id -> its old fact ids, for OPEN sets
@@ -399,7 +405,10 @@ class _Loader:
         reason = _get(r, "retractReason", str, optional=True)
         check_optional_reason(reason)
         ended_at, end_reason = _fact_end(r, status, superseded_by is not None)
+        reinforced_at = _dates(r, "reinforcedAt")
         fact_id = self._facts.define(old, number, "fact")
+        if "endedAt" not in r and end_reason is FactEndReason.SUPERSEDED:
+            self._undated.append(fact_id)  # a file written before history was kept
         if superseded_by is not None:  # the superseding fact comes later in the file, as a rule
             self._superseded_by.append((number, fact_id, parse_id(superseded_by, "supersededBy")))
         if open_conflict is not None:  # conflict sets come after every fact
@@ -429,6 +438,8 @@ class _Loader:
                 text=fact_text(predicate, value),
                 ended_at=ended_at,
                 end_reason=end_reason.value if end_reason else None,
+                active_valid_to=_date(r, "activeValidTo"),
+                reinforced_at=reinforced_at,
             )
         )
         self.n_facts += 1
@@ -521,6 +532,8 @@ class _Loader:
             [(fact, self._facts.new[target]) for _, fact, target in self._superseded_by],
             [(fact, self._conflicts.new[target]) for _, fact, target in self._open_conflict],
         )
+        if self._undated:
+            await db_portability.date_supersessions(conn, self._project, self._undated)
 
 
 def _get(r: dict[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
@@ -576,12 +589,27 @@ def _fact_end(r: dict[str, Any], status: FactStatus, superseded: bool) -> tuple[
 
 def _members_added_at(r: dict[str, Any], n_members: int) -> list[datetime | None]:
     """When each member joined the set, in the order of factIds; unknown (None) when not given."""
-    raw = r.get("membersAddedAt")
-    if raw is None:
+    dates = _dates(r, "membersAddedAt")
+    if dates is None:
         return [None] * n_members
-    if not isinstance(raw, list) or len(raw) != n_members:
+    if len(dates) != n_members:
         raise InvalidInput("membersAddedAt must list one date-time per member of factIds", field="membersAddedAt")
-    return [_date({"membersAddedAt": x}, "membersAddedAt", required=True) for x in raw]
+    return list(dates)
+
+
+def _dates(r: dict[str, Any], key: str) -> list[datetime] | None:
+    """A list of date-times (at most MAX_HISTORY_DATES), or None when the key is absent."""
+    raw = r.get(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_HISTORY_DATES:
+        raise InvalidInput(f"{key} must be a list of at most {MAX_HISTORY_DATES} date-times", field=key)
+    out = []
+    for x in raw:
+        value = _date({key: x}, key, required=True)
+        assert value is not None
+        out.append(value)
+    return out
 
 
 def _choice(r: dict[str, Any], key: str, enum: Any) -> Any:

@@ -100,10 +100,11 @@ async def insert_fact(
 async def reinforce(
     conn: asyncpg.Connection, project_id: str, fact_id: str, now: datetime, source_event_ids: list[str]
 ) -> asyncpg.Record:
-    """Move lastReinforcedAt and add provenance; no new version."""
+    """Move lastReinforcedAt (and list the reinforcement: a past instant's horizon reads the
+    latest one before it) and add provenance; no new version."""
     row = await conn.fetchrow(
         f"""
-        UPDATE facts SET last_reinforced_at = $3,
+        UPDATE facts SET last_reinforced_at = $3, reinforced_at = reinforced_at || $3::timestamptz,
             source_event_ids = ARRAY(SELECT DISTINCT x FROM unnest(source_event_ids || $4::uuid[]) AS x ORDER BY x)
         WHERE project_id = $1 AND id = $2
         RETURNING {FACT_COLUMNS}
@@ -127,13 +128,15 @@ async def supersede(
     """Move ACTIVE facts to SUPERSEDED (validTo set unless already earlier, supersededBy set, version bumped).
 
     `valid_to` ends the fact in the world (valid time); `ended_at` is when the server stopped
-    serving it (system time), recorded with the reason SUPERSEDED.
+    serving it (system time), recorded with the reason SUPERSEDED. The validTo it had while
+    ACTIVE is kept (active_valid_to): a past instant's validity reads that one.
     """
     rows = await conn.fetch(
         f"""
         UPDATE facts SET status = 'SUPERSEDED', superseded_by = $3,
             valid_to = CASE WHEN valid_to IS NOT NULL AND valid_to < $4 THEN valid_to ELSE $4 END,
-            version = version + 1, open_conflict_id = NULL, ended_at = $5, end_reason = 'SUPERSEDED'
+            version = version + 1, open_conflict_id = NULL, ended_at = $5, end_reason = 'SUPERSEDED',
+            active_valid_to = valid_to
         WHERE project_id = $1 AND id = ANY($2::uuid[])
         RETURNING {FACT_COLUMNS}
         """,

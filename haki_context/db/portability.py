@@ -25,7 +25,7 @@ PREFETCH = 500
 # Stable orders, so two exports of the same memory are the same lines (ids aside).
 _EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE project_id = $1 AND subject_id = $2 ORDER BY occurred_at, recorded_at, id"
 _FACTS = (
-    f"SELECT {FACT_COLUMNS}, retract_reason FROM facts WHERE project_id = $1 AND subject_id = $2"
+    f"SELECT {FACT_COLUMNS}, retract_reason, active_valid_to, reinforced_at FROM facts WHERE project_id = $1 AND subject_id = $2"
     " ORDER BY recorded_at, id"
 )
 _CONFLICTS = (
@@ -109,6 +109,8 @@ class RestoredFact:
     text: str
     ended_at: datetime | None = None
     end_reason: str | None = None
+    active_valid_to: datetime | None = None
+    reinforced_at: list[datetime] | None = None  # None: only lastReinforcedAt is known
 
 
 async def insert_facts(
@@ -119,9 +121,10 @@ async def insert_facts(
         """
         INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, confidence, status, volatility,
                            valid_from, valid_to, recorded_at, last_reinforced_at, source_event_ids, superseded_by,
-                           version, open_conflict_id, retract_reason, text, embedding, ended_at, end_reason)
+                           version, open_conflict_id, retract_reason, text, embedding, ended_at, end_reason,
+                           active_valid_to, reinforced_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::uuid[], $15, $16, $17, $18, $19, $20,
-                $21, $22)
+                $21, $22, $23, $24::timestamptz[])
         """,
         [
             (
@@ -147,6 +150,10 @@ async def insert_facts(
                 v,
                 f.ended_at,
                 f.end_reason,
+                f.active_valid_to,
+                f.reinforced_at
+                if f.reinforced_at is not None
+                else ([f.last_reinforced_at] if f.last_reinforced_at is not None else []),
             )
             for f, v in zip(facts, embeddings)
         ],
@@ -168,9 +175,7 @@ async def link_facts(
     open_conflict: list[tuple[str, str]],
 ) -> None:
     """Set the links of imported facts to records written after them: (fact, superseding fact)
-    and (fact, the OPEN conflict set holding it). A superseded fact whose file gave no end
-    instant (an export made before ends were kept) ends when the superseding fact was recorded,
-    as migration 0012 dates it."""
+    and (fact, the OPEN conflict set holding it)."""
     if superseded_by:
         await conn.execute(
             "UPDATE facts f SET superseded_by = t.by FROM unnest($2::uuid[], $3::uuid[]) AS t(id, by)"
@@ -179,13 +184,7 @@ async def link_facts(
             [f for f, _ in superseded_by],
             [b for _, b in superseded_by],
         )
-        await conn.execute(
-            "UPDATE facts f SET ended_at = s.recorded_at FROM facts s"
-            " WHERE f.project_id = $1 AND f.id = ANY($2::uuid[]) AND f.ended_at IS NULL"
-            " AND f.end_reason = 'SUPERSEDED' AND s.project_id = f.project_id AND s.id = f.superseded_by",
-            project_id,
-            [f for f, _ in superseded_by],
-        )
+
     if open_conflict:
         await conn.execute(
             "UPDATE facts f SET open_conflict_id = t.c FROM unnest($2::uuid[], $3::uuid[]) AS t(id, c)"
@@ -194,6 +193,28 @@ async def link_facts(
             [f for f, _ in open_conflict],
             [c for _, c in open_conflict],
         )
+
+
+async def date_supersessions(conn: asyncpg.Connection, project_id: str, fact_ids: list[str]) -> None:
+    """Date imported superseded facts whose file kept no history (an export made before it was
+    kept) as migration 0012 dates a database: the end by the resolution of the set that kept
+    the successor, else by the successor's recording; the validTo while ACTIVE by the cut
+    the supersession made. Called once the facts and conflict sets are in."""
+    resolved = (
+        "(SELECT max(c.resolved_at) FROM conflict_sets c"
+        " JOIN conflict_members m ON m.project_id = c.project_id AND m.conflict_id = c.id"
+        " WHERE c.project_id = f.project_id AND m.fact_id = f.id"
+        " AND c.status = 'RESOLVED' AND c.kept_fact_id = f.superseded_by)"
+    )
+    successor = "(SELECT {} FROM facts s WHERE s.project_id = f.project_id AND s.id = f.superseded_by)"
+    await conn.execute(
+        f"UPDATE facts f SET ended_at = coalesce({resolved}, {successor.format('s.recorded_at')}),"
+        f" active_valid_to = CASE WHEN f.valid_to < coalesce({resolved},"
+        f" {successor.format('coalesce(s.valid_from, s.recorded_at)')}) THEN f.valid_to END"
+        " WHERE f.project_id = $1 AND f.id = ANY($2::uuid[]) AND f.end_reason = 'SUPERSEDED'",
+        project_id,
+        fact_ids,
+    )
 
 
 async def insert_conflict(

@@ -7,9 +7,17 @@
 -- its supersession: that is when it stopped being served. Together with conflict_sets'
 -- created_at and resolved_at (set when a set is RESOLVED or DISMISSED) and conflict_members'
 -- added_at, this is what `context(asOf:)` reads to rebuild the memory as it stood at an instant.
+--
+-- Two values a write changes in place are kept too, since a past instant reads what they were:
+-- a supersession cuts valid_to at the successor's validFrom (or at the supersession), so
+-- active_valid_to keeps the valid_to the fact had while ACTIVE (meaningful once it is
+-- SUPERSEDED; NULL: open-ended); a reinforcement moves last_reinforced_at, from which the
+-- volatility horizons run, so reinforced_at lists every reinforcement, oldest first.
 ALTER TABLE facts
     ADD COLUMN ended_at timestamptz,
-    ADD COLUMN end_reason text CHECK (end_reason IN ('SUPERSEDED', 'RETRACTED'));
+    ADD COLUMN end_reason text CHECK (end_reason IN ('SUPERSEDED', 'RETRACTED')),
+    ADD COLUMN active_valid_to timestamptz,
+    ADD COLUMN reinforced_at timestamptz[] NOT NULL DEFAULT '{}';
 
 ALTER TABLE conflict_members ADD COLUMN added_at timestamptz;
 
@@ -25,6 +33,23 @@ UPDATE facts f SET end_reason = 'SUPERSEDED',
            AND c.status = 'RESOLVED' AND c.kept_fact_id = f.superseded_by),
         (SELECT s.recorded_at FROM facts s WHERE s.project_id = f.project_id AND s.id = f.superseded_by))
 WHERE f.status <> 'ACTIVE' AND f.superseded_by IS NOT NULL;
+
+-- What valid_to was before the supersession cut it to the successor's validFrom (or to the
+-- resolution, for a set resolved): a valid_to earlier than the cut was left as it was; one at the
+-- cut was open-ended or later than it, which is no longer known: it counts as open-ended, as most
+-- facts are.
+UPDATE facts f SET active_valid_to = CASE WHEN f.valid_to < coalesce(
+        (SELECT max(c.resolved_at) FROM conflict_sets c
+         JOIN conflict_members m ON m.project_id = c.project_id AND m.conflict_id = c.id
+         WHERE c.project_id = f.project_id AND m.fact_id = f.id
+           AND c.status = 'RESOLVED' AND c.kept_fact_id = f.superseded_by),
+        (SELECT coalesce(s.valid_from, s.recorded_at) FROM facts s
+         WHERE s.project_id = f.project_id AND s.id = f.superseded_by))
+    THEN f.valid_to END
+WHERE f.end_reason = 'SUPERSEDED';
+
+-- Only the last reinforcement was kept: earlier ones are lost.
+UPDATE facts SET reinforced_at = ARRAY[last_reinforced_at] WHERE last_reinforced_at IS NOT NULL;
 
 -- A retraction's instant was never kept (nor a supersession's where the superseding fact is not
 -- known): ended_at stays NULL, meaning "ended, when unknown". `context(asOf:)` serves such a fact
