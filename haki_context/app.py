@@ -8,6 +8,7 @@ import gc
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -18,12 +19,13 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET
 
@@ -33,6 +35,7 @@ from .core.auth import Authenticator, authorization_of
 from .core.embedder import Embedder, encoder_for
 from .core.errors import BadRequest, HakiError, PayloadTooLarge, Unavailable
 from .core.limits import MAX_JSON_DEPTH, check_json_depth
+from .core.live import LiveLimits, LiveTraces
 from .core.runtime import Runtime, open_pool
 from .core.space import check_embedding_space
 from .core.supervisor import Supervisor
@@ -40,6 +43,7 @@ from .cors import cors_middleware
 from .dashboard import dashboard_page, front_page
 from .db import embedded, migrate
 from .export_http import export_subject
+from .live_socket import LiveSocketHandler, SocketEndpoint, TextWebSocketAdapter
 from .mcp_server.http import McpEndpoint
 from .media_types import ACCEPTABLE, ResponseType, negotiate
 from .resolvers.context import build_context
@@ -87,8 +91,18 @@ class HakiGraphQL(GraphQL):
     200 with `"data": null`. UNAUTHENTICATED is 401 and UNAVAILABLE 503 (with Retry-After) in both.
     """
 
+    # Subscriptions: graphql-transport-ws only, its key checked at connection_init (live_socket.py).
+    graphql_transport_ws_handler_class = LiveSocketHandler
+    websocket_adapter_class = TextWebSocketAdapter
+
     def __init__(self, schema: Any, *, graphiql: bool) -> None:
-        super().__init__(schema, graphql_ide="graphiql" if graphiql else None, allow_queries_via_get=False)
+        super().__init__(
+            schema,
+            graphql_ide="graphiql" if graphiql else None,
+            allow_queries_via_get=False,
+            subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+            connection_init_wait_timeout=timedelta(seconds=10),
+        )
 
     async def get_context(self, request: Any, response: Any) -> Any:
         caller = request.scope["haki_caller"]  # None only on a GET, which executes nothing
@@ -487,6 +501,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/graphql", GraphQLEndpoint(view, settings), methods=["GET", "POST"]),
+        WebSocketRoute("/graphql", SocketEndpoint(view)),
         Route("/export", export_subject, methods=["GET"]),
         Route("/mcp", mcp, methods=["POST"]),  # stateless: no stream to GET, no session to DELETE
         Route("/", front_page, methods=["GET"]),
@@ -588,3 +603,8 @@ def _attach(app: Starlette, rt: Runtime, settings: Settings) -> None:
     """The process-wide resources every request reads (the server keeps no other state)."""
     app.state.runtime = rt
     app.state.authenticator = Authenticator(rt, dev_mode=settings.effective_dev_mode)
+    dsn = settings.database_url or (rt.embedded.uri if rt.embedded is not None else None)
+    limits = LiveLimits(
+        settings.subscriptions_per_key, settings.subscriptions_per_process, settings.subscription_buffer
+    )
+    app.state.live = LiveTraces(dsn, limits)

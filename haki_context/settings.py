@@ -249,6 +249,14 @@ class Settings(BaseSettings):
     durable_traces: bool = False
     """Wait for a trace's WAL to reach disk (facts and events always wait)."""
 
+    # --- live traces (the traceAdded subscription)
+    subscriptions_per_key: int = 20
+    """Most traceAdded subscriptions one key (or development mode) may hold on one server process."""
+    subscriptions_per_process: int = 1000
+    """Most traceAdded subscriptions one server process holds, all keys together."""
+    subscription_buffer: int = 100
+    """Traces a subscriber may fall behind before it is dropped (its subscription ends with UNAVAILABLE)."""
+
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _parse_origins(cls, value: Any) -> Any:

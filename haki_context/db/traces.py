@@ -36,6 +36,9 @@ _DECISION_COLUMNS = {
 _DECISION_FIELDS = tuple(_DECISION_COLUMNS)
 _DECISION_TYPES = ", ".join(f"{name} {kind}" for name, kind in _DECISION_COLUMNS.items())
 
+# The channel every trace write notifies, with [project_id, trace_id, subject_id] as JSON.
+TRACE_CHANNEL = "haki_traces"
+
 TRACE_COLUMNS = (
     "id, subject_id, query, budget_tokens, used_tokens, status, empty_reason, warnings, created_at, "
     "embed_ms, retrieve_ms, pack_ms, persist_ms, total_ms, facts_served, episodes_served, "
@@ -79,6 +82,15 @@ FROM written w
 RETURNING persist_ms
 """
 
+# The same write announcing the trace to every process that listens (core/live.py): pg_notify in
+# the statement is queued in its transaction and delivered at its commit, so a listener never
+# hears of a trace it cannot read yet, and the call pays no round trip for it. The payload is
+# what a listener needs to route the event and nothing more; the trace is then read as any other.
+_INSERT_NOTIFY = _INSERT.replace(
+    "RETURNING persist_ms",
+    f"RETURNING persist_ms, pg_notify('{TRACE_CHANNEL}', json_build_array($1::text, $2::text, $3::text)::text)",
+)
+
 
 async def insert(conn: asyncpg.Connection, project_id: str, trace: Any, *, durable: bool = False) -> float:
     """Write a trace (core.packet.ContextTrace) and its decisions in one statement (atomic).
@@ -86,9 +98,10 @@ async def insert(conn: asyncpg.Connection, project_id: str, trace: Any, *, durab
     Returns the write's duration in ms as the database timed it (from the statement's start
     until its last decision row is written; the commit's flush and the round trip are not
     in it), which is also what the row holds as `persist_ms`, and adds to `total_ms`.
-    `durable`: the commit waits for the WAL flush (see _INSERT)."""
+    `durable`: the commit waits for the WAL flush (see _INSERT). Listeners of TRACE_CHANNEL
+    hear of it at the commit (see _INSERT_NOTIFY)."""
     persist_ms = await conn.fetchval(
-        _INSERT,
+        _INSERT_NOTIFY,
         project_id,
         trace.id,
         trace.subject_id,

@@ -19,6 +19,7 @@ from .mutation import Mutation
 from .query import Query
 from .scalars import DateTime
 from .stages import Parsing, ValidationCodes
+from .subscription import Subscription, SubscriptionsOverSockets
 from .writes import AwaitTraceWrites
 
 
@@ -56,12 +57,14 @@ def build_schema(
         ValidationCodes,
         lambda: AddValidationRules(rules),
         AwaitTraceWrites,
+        SubscriptionsOverSockets,
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
     return HakiSchema(
         query=Query,
         mutation=Mutation,
+        subscription=Subscription,
         extensions=extensions,
         config=StrawberryConfig(scalar_map={datetime: DateTime}, disable_field_suggestions=not introspection),
         execution_context_class=LeanExecutionContext,
