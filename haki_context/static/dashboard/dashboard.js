@@ -47,6 +47,13 @@
     return `${d.toISOString().slice(0, 10)} ${d.toTimeString().slice(0, 8)}`;
   }
 
+  function age(seconds) {
+    if (seconds < 90) return `${Math.round(seconds)} s`;
+    if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+    if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+    return `${(seconds / 86400).toFixed(1)} days`;
+  }
+
   function clock(iso) {
     return iso ? new Date(iso).toTimeString().slice(0, 8) : "";
   }
@@ -126,9 +133,11 @@
     return body.data;
   }
 
-  // One subscription over graphql-transport-ws on /graphql. `onFail` is called once, when the
-  // socket cannot open, is refused, or closes; the caller then falls back to polling.
-  function subscribe(query, variables, onNext, onFail) {
+  // One subscription over graphql-transport-ws on /graphql (the key goes in connection_init's
+  // payload: a browser cannot set headers on a WebSocket). `onOpen` is called once the server
+  // acknowledged the connection and the subscribe was sent; `onFail` once, when the socket
+  // cannot open, is refused, or closes; the caller then falls back to polling.
+  function subscribe(query, variables, { onNext, onOpen, onFail }) {
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/graphql`;
     let ws;
     let done = false;
@@ -150,7 +159,7 @@
     }
     ws.onopen = () => {
       const key = apiKey();
-      const payload = key ? { authorization: `Bearer ${key}`, Authorization: `Bearer ${key}` } : {};
+      const payload = key ? { Authorization: `Bearer ${key}` } : {};
       ws.send(JSON.stringify({ type: "connection_init", payload }));
     };
     ws.onmessage = (event) => {
@@ -162,6 +171,7 @@
       }
       if (msg.type === "connection_ack") {
         ws.send(JSON.stringify({ id: "1", type: "subscribe", payload: { query, variables } }));
+        onOpen();
       } else if (msg.type === "next" && msg.payload) {
         if (msg.payload.errors && msg.payload.errors.length) fail(msg.payload.errors[0].message);
         else if (msg.payload.data) onNext(msg.payload.data);
@@ -462,6 +472,7 @@
       }[state.mode];
       el.textContent = text;
       el.className = `live-state ${state.mode}`;
+      el.title = state.mode === "polling" ? `no subscription: ${state.why || "unavailable"}` : "";
     }
 
     // New traces go on top, newest first; one already listed is never listed twice.
@@ -543,40 +554,37 @@
       if (state.stopped) return;
       state.mode = "starting";
       paintMode();
-      let opened = false;
       sub = subscribe(
         TRACE_ADDED,
         { subjectId: state.subject || null },
-        (data) => {
-          if (!opened) {
-            opened = true;
-          }
-          state.mode = "subscription";
-          paintMode();
-          if (data.traceAdded) addNewest([data.traceAdded]);
-        },
-        (why) => {
-          sub = null;
-          startPolling(why);
+        {
+          onNext(data) {
+            if (data.traceAdded) addNewest([data.traceAdded]);
+          },
+          onOpen() {
+            state.mode = "subscription";
+            paintMode();
+            // Catch up on calls made while the socket opened (the first page was read before),
+            // once the server has had a moment to start listening.
+            setTimeout(() => {
+              if (!state.stopped) pollOnce().catch(showError);
+            }, 300);
+          },
+          onFail(why) {
+            sub = null;
+            startPolling(why);
+          },
         },
       );
-      // The subscription is live once acknowledged; until a first trace arrives the page shows
-      // it as live too, since a subscribe refused by the server ends in onFail at once.
-      setTimeout(() => {
-        if (!state.stopped && sub && state.mode === "starting") {
-          state.mode = "subscription";
-          paintMode();
-          // Catch up on what arrived while the socket opened.
-          pollOnce().catch(showError);
-        }
-      }, 500);
     }
 
+    // A key that is refused stays refused: the page waits for another key instead of polling.
+    const FINAL = new Set(["UNAUTHENTICATED", "FORBIDDEN", "INVALID_INPUT"]);
     firstPage()
       .then(startLive)
       .catch((err) => {
         showError(err);
-        startPolling(err.message);
+        if (!FINAL.has(err.code)) startPolling(err.message);
       });
 
     return {
@@ -1075,13 +1083,16 @@
           } else run.push(`${x(i).toFixed(1)},${y(v).toFixed(1)}`);
         });
         if (run.length) runs.push(run);
-        return runs
-          .map((r) =>
-            r.length === 1
-              ? `<circle class="series" cx="${r[0].split(",")[0]}" cy="${r[0].split(",")[1]}" r="2.5" fill="${color}"></circle>`
-              : `<polyline class="series" points="${r.join(" ")}" stroke="${color}" ${s.dash ? 'stroke-dasharray="4 3"' : ""}></polyline>`,
-          )
+        // Every value is a dot (a lone bucket with calls shows too); neighbours are joined.
+        const dots = runs
+          .flat()
+          .map((p) => `<circle class="series" cx="${p.split(",")[0]}" cy="${p.split(",")[1]}" r="${n > 60 ? 1.6 : 2.6}" fill="${color}"></circle>`)
           .join("");
+        const paths = runs
+          .filter((r) => r.length > 1)
+          .map((r) => `<polyline class="series" points="${r.join(" ")}" stroke="${color}" ${s.dash ? 'stroke-dasharray="4 3"' : ""}></polyline>`)
+          .join("");
+        return paths + dots;
       })
       .join("");
     const legend = series
@@ -1097,7 +1108,7 @@
     const pick = (f) => rows.map(f);
     const rate = (f) => rows.map((r) => (r.contextCalls ? f(r) : null));
     const phase = (name, key) => rows.map((r) => (r.latency.find((p) => p.phase === name) || {})[key] ?? null);
-    const count = (v) => String(Math.round(v));
+    const count = (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1));
     const percent = (v) => `${Math.round(v * 100)}%`;
     const millis = (v) => (v >= 10 ? `${Math.round(v)}` : v.toFixed(1));
     return [
@@ -1184,7 +1195,7 @@
           tile("Latency p50 / p95", `${ms(s.latencyP50Ms) || "–"} / ${ms(s.latencyP95Ms) || "–"}`),
           tile("Facts / tokens per call", `${s.avgFactsServed.toFixed(1)} / ${Math.round(s.avgUsedTokens)}`),
           tile("Active facts", s.activeFacts, "now"),
-          tile("Open conflicts", s.openConflicts, s.oldestOpenConflictSeconds ? `oldest ${(s.oldestOpenConflictSeconds / 3600).toFixed(1)} h` : "now"),
+          tile("Open conflicts", s.openConflicts, s.oldestOpenConflictSeconds !== null ? `oldest open for ${age(s.oldestOpenConflictSeconds)}` : "now"),
         ].join("");
         const reasons = s.reasonCodes.map((r) => `${r.reasonCode.toLowerCase().replace(/_/g, " ")} ${r.count}`).join(" · ");
         $("#tiles").insertAdjacentHTML("beforeend", `<p class="muted small reasons">Decisions: ${esc(reasons || "none")}</p>`);
