@@ -1,0 +1,132 @@
+"""The difference between two traces of one question: what a replay changed, item by item.
+
+Items are matched by (kind, id, chunk). An item is ADDED when only the new trace considered it,
+REMOVED when only the stored one did; an item both considered may have MOVED (another rank),
+a SCORE_CHANGED (any score component: score, similarity, fullText, recency, distance) and a
+DECISION_CHANGED (another decision or reason code). Two traces are identical when no item
+changed, so a replay that reproduces a call gives an empty list.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .models import Decision, ItemKind
+from .packet import TraceDecision
+
+# Score components compared, by their TraceDecision attribute.
+COMPONENTS = ("score", "similarity", "full_text", "recency", "distance")
+
+# Two components differ past this: the same computation on the same rows gives equal floats,
+# and a real change of score is orders of magnitude larger.
+TOLERANCE = 1e-9
+
+
+class ChangeKind(str, enum.Enum):
+    ADDED = "ADDED"
+    REMOVED = "REMOVED"
+    MOVED = "MOVED"
+    SCORE_CHANGED = "SCORE_CHANGED"
+    DECISION_CHANGED = "DECISION_CHANGED"
+
+
+ItemKey = tuple[ItemKind, str, int | None]
+
+
+@dataclass(frozen=True)
+class ItemChange:
+    """How one item's decision differs: `before` from the stored trace, `after` from the replay."""
+
+    item_kind: ItemKind
+    item_id: str
+    chunk: int | None
+    kinds: tuple[ChangeKind, ...]
+    before: TraceDecision | None
+    after: TraceDecision | None
+    components_changed: tuple[str, ...]
+    why: str | None = None  # what changed in memory meanwhile, when known (compare with now)
+
+    @property
+    def key(self) -> ItemKey:
+        return (self.item_kind, self.item_id, self.chunk)
+
+    @property
+    def rank_delta(self) -> int | None:
+        """New rank less old rank (negative: moved up), when both ranked the item."""
+        if self.before is None or self.after is None or self.before.rank is None or self.after.rank is None:
+            return None
+        return self.after.rank - self.before.rank
+
+
+@dataclass(frozen=True)
+class TraceDiff:
+    """Every item whose decision differs, in the order of the replay's decisions, then the
+    stored trace's for removed items."""
+
+    changes: tuple[ItemChange, ...]
+
+    @property
+    def identical(self) -> bool:
+        return not self.changes
+
+    def count(self, kind: ChangeKind) -> int:
+        """How many items changed in this way."""
+        return sum(kind in c.kinds for c in self.changes)
+
+    def served(self, before: bool) -> list[ItemChange]:
+        """Changed items INCLUDED in the stored trace (before=True) or in the replay, not in the other."""
+        out = []
+        for c in self.changes:
+            was = c.before is not None and c.before.decision is Decision.INCLUDED
+            now = c.after is not None and c.after.decision is Decision.INCLUDED
+            if (was and not now) if before else (now and not was):
+                out.append(c)
+        return out
+
+
+def key_of(d: TraceDecision) -> ItemKey:
+    return (d.item_kind, d.item_id, d.chunk)
+
+
+def diff(stored: Iterable[TraceDecision], replayed: Iterable[TraceDecision]) -> TraceDiff:
+    """The items whose decisions differ between a stored trace and its replay."""
+    old = {key_of(d): d for d in stored}
+    new = {key_of(d): d for d in replayed}
+    changes = []
+    for key, after in new.items():
+        before = old.get(key)
+        if before is None:
+            changes.append(_change(key, (ChangeKind.ADDED,), None, after, ()))
+            continue
+        kinds = []
+        if before.rank != after.rank:
+            kinds.append(ChangeKind.MOVED)
+        changed = tuple(c for c in COMPONENTS if _differs(getattr(before, c), getattr(after, c)))
+        if changed:
+            kinds.append(ChangeKind.SCORE_CHANGED)
+        if before.decision is not after.decision or before.reason_code is not after.reason_code:
+            kinds.append(ChangeKind.DECISION_CHANGED)
+        if kinds:
+            changes.append(_change(key, tuple(kinds), before, after, changed))
+    for key, before in old.items():
+        if key not in new:
+            changes.append(_change(key, (ChangeKind.REMOVED,), before, None, ()))
+    return TraceDiff(tuple(changes))
+
+
+def _change(
+    key: ItemKey,
+    kinds: tuple[ChangeKind, ...],
+    before: TraceDecision | None,
+    after: TraceDecision | None,
+    components: tuple[str, ...],
+) -> ItemChange:
+    return ItemChange(key[0], key[1], key[2], kinds, before, after, components)
+
+
+def _differs(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return abs(a - b) > TOLERANCE * max(1.0, abs(a), abs(b))
