@@ -70,6 +70,21 @@ class ExcerptFormat(str, Enum):
     JSON = "json"  # "<kind> <compact JSON>" for every chunk
 
 
+class MetricsAccess(str, Enum):
+    """Who may read /metrics."""
+
+    OFF = "off"  # no /metrics (404)
+    KEY = "key"  # with any valid API key, as /graphql asks (keyless in development mode)
+    PUBLIC = "public"  # anyone who reaches the port (a private network, a scraper beside the server)
+
+
+class OtelExporter(str, Enum):
+    """Where OpenTelemetry spans go."""
+
+    NONE = "none"  # no spans
+    OTLP = "otlp"  # the OTLP/HTTP exporter, set up by the standard OTEL_* variables (the [otel] extra)
+
+
 class Packing(str, Enum):
     """How a packet's budget is shared between facts and episodes."""
 
@@ -90,6 +105,8 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
         "weight_full_text": 0.25,
         "speaker_boost": 0.0,
         "packing": Packing.SECTIONS,
+        "date_boost": 0.0,
+        "neighbour_weight": 0.0,
     },
 }
 
@@ -194,6 +211,12 @@ class Settings(BaseSettings):
     """Added to a turn's score when the query names its speaker (0: off)."""
     packing: Packing = Packing.MERGED
     """How facts and episodes share the budget: merged (one ranking) or sections (facts first)."""
+    date_boost: float = 0.3
+    """Added to a fact's or turn's score when it is dated in the month or day the query names (0: off)."""
+    neighbour_weight: float = 0.2
+    """A candidate's score gains this share of the best other one dated within HAKI_NEIGHBOUR_WINDOW_S (0: off)."""
+    neighbour_window_s: float = 600.0
+    """Seconds apart within which two candidates are neighbours (the same stretch of conversation)."""
     multi_hop_max_entities: int = 2
     """Entities of the packed facts followed one hop (0: no multi-hop)."""
     multi_hop_max_per_entity: int = 5
@@ -256,6 +279,12 @@ class Settings(BaseSettings):
     """Most traceAdded subscriptions one server process holds, all keys together."""
     subscription_buffer: int = 100
     """Traces a subscriber may fall behind before it is dropped (its subscription ends with UNAVAILABLE)."""
+
+    # --- observability
+    metrics: MetricsAccess = MetricsAccess.KEY
+    """Who may read /metrics: off, key (any valid API key; keyless in development mode) or public."""
+    otel_exporter: OtelExporter = OtelExporter.NONE
+    """OpenTelemetry spans: none, or otlp (configured by the standard OTEL_* variables; the [otel] extra)."""
 
     @field_validator("cors_origins", mode="before")
     @classmethod

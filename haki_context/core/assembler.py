@@ -42,7 +42,8 @@ from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
 from .packing import Section, episode_line, fact_line, pack_merged, pack_section, render, tokens
 from .runtime import Runtime
-from .scoring import Components, Weights, components
+from .scoring import Components, Weights, best_neighbours, components
+from .temporal import date_cue
 from .texts import served_excerpt
 
 P = ParamSpec("P")
@@ -58,10 +59,11 @@ class _Fact:
     line: str
     tokens: int
     via_entity: str | None = None
+    bonus: float = 0.0  # a named date's and neighbours' share (see _adjust), added to the hybrid score
 
     @property
     def score(self) -> float:
-        return self.parts.score
+        return self.parts.score + self.bonus
 
 
 @dataclass(slots=True)
@@ -148,10 +150,12 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
         episodes_found = await episodes_task
         rt.own_indexes.saw(project_id, subject_id, "episode_chunks", episodes_found.own_index)
         with clock.deciding():
-            chunks = sorted(
-                _chunks(episodes_found.chunks, now, weights, s, query),
-                key=lambda c: (-c.score, c.row.event_id, c.row.chunk),
-            )[:episode_k]
+            scored_chunks = _chunks(episodes_found.chunks, now, weights, s, query)
+            # One ranking: a named date and neighbours count for facts as for turns.
+            pooled = facts.servable if s.packing is Packing.MERGED else []
+            if _adjust(pooled, scored_chunks, query, s):
+                facts = replace(facts, servable=sorted(facts.servable, key=lambda f: (-f.score, f.row.id)))
+            chunks = sorted(scored_chunks, key=lambda c: (-c.score, c.row.event_id, c.row.chunk))[:episode_k]
         hop_rows = await hop_task if hop_task is not None else []
 
     with clock.deciding():
@@ -359,6 +363,39 @@ def _chunks(rows: list[retrieval.ChunkRow], now: datetime, w: Weights, s: Settin
     return out
 
 
+def _adjust(facts: list[_Fact], chunks: list[_Chunk], query: str, s: Settings) -> bool:
+    """Add to the scores of a pool of candidates (facts and chunks alike) the date bonus (an item
+    dated when the query names: "what did Maria do in December 2023?") and the neighbours'
+    share (`neighbour_weight` x the best other candidate dated within `neighbour_window_s`: an
+    answer sits in the stretch of conversation the question is about). True when anything moved."""
+    cue = date_cue(query) if s.date_boost else None
+    if cue is None and not s.neighbour_weight:
+        return False
+    items: list[tuple[float, _Fact | _Chunk]] = [(_dated(f).timestamp(), f) for f in facts]
+    items += [(c.row.occurred_at.timestamp(), c) for c in chunks]
+    items.sort(key=lambda t: t[0])
+    base = [item.score for _, item in items]
+    bonus = [0.0] * len(items)
+    if cue is not None:
+        for i, (_, item) in enumerate(items):
+            if cue.matches(_dated(item) if isinstance(item, _Fact) else item.row.occurred_at):
+                bonus[i] += s.date_boost
+    if s.neighbour_weight and len(items) > 1:
+        times = np.fromiter((t for t, _ in items), dtype=np.float64, count=len(items))
+        best = best_neighbours(times, np.asarray(base), s.neighbour_window_s)
+        bonus = [b + s.neighbour_weight * float(x) for b, x in zip(bonus, best)]
+    for (_, item), b in zip(items, bonus):
+        if isinstance(item, _Fact):
+            item.bonus += b
+        else:
+            item.score += b
+    return True
+
+
+def _dated(f: _Fact) -> datetime:
+    return f.row.valid_from or f.row.recorded_at
+
+
 def _cost(item: _Fact | _Chunk) -> int:
     return item.tokens
 
@@ -499,7 +536,7 @@ def _fact_decision(f: _Fact, rank: int, decision: Decision, reason: ReasonCode) 
         decision=decision,
         reason_code=reason,
         rank=rank,
-        score=f.parts.score,
+        score=f.score,
         similarity=f.parts.similarity,
         full_text=f.parts.full_text,
         recency=f.parts.recency,
@@ -536,7 +573,7 @@ def _packet_fact(f: _Fact, reason: ReasonCode) -> PacketFact:
         valid_from=r.valid_from,
         valid_to=r.valid_to,
         source_event_ids=r.source_event_ids,
-        score=f.parts.score,
+        score=f.score,
         tokens=f.tokens,
         reason_code=reason,
         via_entity=f.via_entity,

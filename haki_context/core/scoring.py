@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+import numpy as np
+
 from ..settings import Settings
 
 
@@ -54,3 +56,35 @@ def components(distance: float, full_text: float, at: datetime, now: datetime, w
     rec = recency(at, now, w.tau_seconds)
     score = w.similarity * similarity + w.full_text * full_text + w.recency * rec
     return Components(similarity, full_text, rec, distance, score)
+
+
+def best_neighbours(times: np.ndarray, scores: np.ndarray, window: float) -> np.ndarray:
+    """For items sorted by time, the best score among the *other* items within `window` seconds
+    of each (0 where none is, or where the best is below 0). O(n log n): range maxima from a
+    sparse table, so a pool recorded all at once costs no more than a spread one."""
+    n = len(times)
+    if n == 0:
+        return np.zeros(0)
+    lo = np.searchsorted(times, times - window, "left")
+    hi = np.searchsorted(times, times + window, "right")
+    levels = [scores.astype(np.float64)]
+    while (1 << len(levels)) <= n:
+        prev, half = levels[-1], 1 << (len(levels) - 1)
+        levels.append(np.maximum(prev[:-half], prev[half:]))
+    index = np.arange(n)
+    best: np.ndarray = np.maximum(_range_max(levels, lo, index), _range_max(levels, index + 1, hi))
+    return np.maximum(best, 0.0)  # type: ignore[no-any-return]
+
+
+def _range_max(levels: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """max(scores[start:end]) per query; -inf for an empty range."""
+    out = np.full(len(start), -np.inf)
+    width = end - start
+    nonempty = width > 0
+    j = np.zeros(len(start), dtype=np.int64)
+    j[nonempty] = np.floor(np.log2(width[nonempty])).astype(np.int64)
+    for level in np.unique(j[nonempty]):
+        q = nonempty & (j == level)
+        table = levels[level]
+        out[q] = np.maximum(table[start[q]], table[end[q] - (1 << level)])
+    return out
