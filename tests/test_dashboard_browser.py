@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -257,9 +258,16 @@ class Page:
                 session=self.session,
             )
 
-    async def screenshot(self, name: str) -> None:
+    async def screenshot(self, name: str, height: int | None = None) -> None:
+        """The view from the top: the window, or the page's first `height` pixels."""
         await self.js("window.scrollTo(0, 0)")
-        shot = await self.cdp.send("Page.captureScreenshot", {"format": "png"}, session=self.session)
+        params: dict[str, Any] = {"format": "png"}
+        if height is not None:
+            width = await self.js("document.documentElement.clientWidth")
+            params.update(
+                clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1}, captureBeyondViewport=True
+            )
+        shot = await self.cdp.send("Page.captureScreenshot", params, session=self.session)
         png = self.shots / f"{name}.png"
         png.write_bytes(base64.b64decode(shot["data"]))
         print(f"screenshot: {png}")
@@ -515,7 +523,7 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
         assert served == packet["usedTokens"]
         assert f"Unused {120 - served}" in legend, legend
         # A fact's source link leads to the event.
-        await page.screenshot("dashboard-trace")
+        await page.screenshot("dashboard-trace", height=1180)
         page.check_clean()
 
 
@@ -587,7 +595,7 @@ async def test_the_stats_plots_render(chromium: str, server: str, tmp_path: Path
         assert max(r["contextCalls"] for r in rows["statsSeries"]) >= 4
         calls = await page.text("#tiles")
         assert "Context calls" in calls
-        await page.screenshot("dashboard-stats")
+        await page.screenshot("dashboard-stats", height=1240)
         page.check_clean()
 
 
@@ -607,6 +615,8 @@ async def test_a_trace_of_500_decisions_renders_whole(chromium: str, server: str
     packet = context(server, subject, "invoice payment customer currency", budget=4000)
     decisions = packet["trace"]["decisions"]
     assert len(ids) == 300 and len(decisions) >= 500, len(decisions)
+    kinds = Counter(f"{d['itemKind']} {d['decision']}" for d in decisions)
+    print(f"decisions: {dict(kinds)}")
 
     async with dashboard(chromium, server, tmp_path) as page:
         await page.open("#/traces")

@@ -1040,7 +1040,7 @@
   function niceMax(value) {
     if (!(value > 0)) return 1;
     const power = 10 ** Math.floor(Math.log10(value));
-    for (const step of [1, 2, 2.5, 5, 10]) if (step * power >= value) return step * power;
+    for (const step of [1, 2, 4, 8, 10]) if (step * power >= value) return step * power; // quarters stay round
     return 10 * power;
   }
 
@@ -1108,9 +1108,9 @@
     const pick = (f) => rows.map(f);
     const rate = (f) => rows.map((r) => (r.contextCalls ? f(r) : null));
     const phase = (name, key) => rows.map((r) => (r.latency.find((p) => p.phase === name) || {})[key] ?? null);
-    const count = (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1));
+    const count = (v) => String(Number(v.toFixed(2)));
     const percent = (v) => `${Math.round(v * 100)}%`;
-    const millis = (v) => (v >= 10 ? `${Math.round(v)}` : v.toFixed(1));
+    const millis = (v) => (v >= 10 ? `${Math.round(v)}` : String(Number(v.toFixed(2))));
     return [
       linePlot({
         id: "plot-calls",
