@@ -51,12 +51,12 @@ _REL_RE = re.compile(r"""\brel\s*=\s*"([^"]*)\"""", re.IGNORECASE)
 # the rest of the script.
 _EXAMPLE_QUERY_RE = re.compile(r"const EXAMPLE_QUERY = `[^`]*`;")
 
-# A link to the dashboard, over the bottom of GraphiQL's sidebar: the page's way to the
-# traces the queries here produce.
+# A link to the dashboard in GraphiQL's sidebar, below its three plugin buttons: the page's
+# way to the traces the queries here produce.
 _DASHBOARD_LINK = (
     '<a href="/dashboard" title="Traces, subjects and stats (the dashboard)" '
-    'style="position:fixed;left:8px;bottom:64px;z-index:10;font:12px system-ui,sans-serif;'
-    'color:#2f6fde;text-decoration:none">Dash&shy;board</a>'
+    'style="position:fixed;left:5px;top:176px;z-index:10;font:11px system-ui,sans-serif;'
+    'color:#2f6fde;text-decoration:none">Dashboard</a>'
 )
 
 
