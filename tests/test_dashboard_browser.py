@@ -561,13 +561,34 @@ async def test_resolving_a_conflict_in_the_subject_view_changes_the_next_context
         await wait_for(lambda: page.text("#last-action"), "the resolution", lambda s: s.startswith("Conflict resolved"))
         assert not await page.js(f"!!document.querySelector({json.dumps(card)})"), "the conflict is no longer open"
         assert f"conflict-{conflict}" in await page.js("document.querySelector('#closed-conflicts').innerHTML")
-        assert "Berlin" in await page.text("#facts-superseded")
+        superseded = f"#facts-superseded tr[data-fact='{old['fact']['id']}']"
+        assert await page.js(f"!!document.querySelector({json.dumps(superseded)})"), "Berlin is superseded"
         page.check_clean()
 
     after = context(server, subject, "Which city does the user live in?")
     served = {f["id"]: f["predicate"] for f in after["facts"]}
     assert new["fact"]["id"] in served and old["fact"]["id"] not in served, after
     assert not any(d["reasonCode"] == "CONFLICT_OPEN" for d in after["trace"]["decisions"])
+
+
+async def test_dismissing_a_conflict_in_the_subject_view_serves_its_facts_again(
+    chromium: str, server: str, tmp_path: Path
+) -> None:
+    subject = new_subject("dismiss")
+    first = assert_fact(server, subject, "diet", "vegetarian")
+    second = assert_fact(server, subject, "diet", "no fish on Fridays", mode="CONTEST")
+    conflict = second["conflict"]["id"]
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/subject/{subject}")
+        card = f"#open-conflicts [data-conflict='{conflict}']"
+        await page.wait(f"!!document.querySelector({json.dumps(card)})", "the open conflict")
+        await page.click(f"{card} button.dismiss")
+        await wait_for(lambda: page.text("#last-action"), "the dismissal", lambda s: s.startswith("Conflict dismissed"))
+        assert "DISMISSED" in await page.text("#closed-conflicts")
+        page.check_clean()
+    after = context(server, subject, "What does the user eat?")
+    assert {f["id"] for f in after["facts"]} == {first["fact"]["id"], second["fact"]["id"]}, after
+    assert after["trace"]["decisions"] and not any(d["decision"] == "BLOCKED" for d in after["trace"]["decisions"])
 
 
 async def test_the_stats_plots_render(chromium: str, server: str, tmp_path: Path) -> None:
