@@ -17,6 +17,7 @@ from cross_web import HTTPException
 from graphql import GraphQLError
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -46,12 +47,14 @@ from .export_http import export_subject
 from .live_socket import LiveSocketHandler, SocketEndpoint, TextWebSocketAdapter
 from .mcp_server.http import McpEndpoint
 from .media_types import ACCEPTABLE, ResponseType, negotiate
+from .metrics import MetricsEndpoint, RestartLines, record_refusal
 from .resolvers.context import build_context
 from .schema import build_schema
 from .schema.errors import RequestErrorCode, domain_error, format_error, http_status
 from .schema.ide import render_graphiql_page
-from .settings import Settings
+from .settings import MetricsAccess, OtelExporter, Settings
 from .startup_errors import database_target
+from .telemetry import TracingMiddleware, configure
 
 log = logging.getLogger("haki_context")
 
@@ -219,6 +222,7 @@ class GraphQLEndpoint:
             domain = exc if isinstance(exc, HakiError) else domain_error(exc)
             if domain is None:
                 raise
+            record_refusal([domain.code])
             refusal = error_response(domain)
             # The error's traceback holds this frame, and the frame the error: dropping it breaks
             # that cycle, so a refused body is freed at once, not at the next full collection.
@@ -386,6 +390,8 @@ async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncItera
     supervised = rt.embedded is not None and rt.embedded.owned
     pool_lines = _PoolReconnectLines(quiet=supervised)
     logging.getLogger("asyncpg.pool").addFilter(pool_lines)
+    restart_lines = RestartLines()  # counts the supervisor's restarts for /metrics
+    logging.getLogger("haki_context.supervisor").addFilter(restart_lines)
     if rt.embedded is not None and rt.embedded.owned:
         # Only the owner restarts the embedded server; an external one (or another process's)
         # is left to reconnect by the pool.
@@ -409,6 +415,7 @@ async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncItera
             await asyncio.wait(tasks, timeout=POOL_CLOSE_TIMEOUT_S)
         app.state.supervisor = None
         logging.getLogger("asyncpg.pool").removeFilter(pool_lines)
+        logging.getLogger("haki_context.supervisor").removeFilter(restart_lines)
 
 
 class CutCallLines(logging.Filter):
@@ -508,7 +515,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         Route("/dashboard", dashboard_page, methods=["GET"]),
         Mount("/static", StaticFiles(packages=[("haki_context", "static")]), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(settings))
+    if settings.metrics is not MetricsAccess.OFF:
+        routes.append(Route("/metrics", MetricsEndpoint(settings.metrics), methods=["GET"]))
+    if settings.otel_exporter is not OtelExporter.NONE:
+        configure(settings.otel_exporter)
+    # Spans per request while tracing is on (telemetry.configure; a passthrough otherwise).
+    middleware = [*cors_middleware(settings), Middleware(TracingMiddleware)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     if runtime is not None:
         _attach(app, runtime, settings)
     return app

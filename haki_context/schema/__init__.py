@@ -16,6 +16,7 @@ from .errors import is_unexpected
 from .execution import LeanExecutionContext
 from .limits import alias_limit, context_field_limit, depth_limit
 from .mutation import Mutation
+from .observe import ObserveOperations
 from .query import Query
 from .scalars import DateTime
 from .stages import Parsing, ValidationCodes
@@ -58,6 +59,7 @@ def build_schema(
         lambda: AddValidationRules(rules),
         AwaitTraceWrites,
         SubscriptionsOverSockets,
+        ObserveOperations,
     ]
     if not introspection:
         extensions.append(DisableIntrospection)

@@ -12,6 +12,7 @@ from ..core.limits import DEFAULT_BUDGET
 from ..core.traces import StatsBucket
 from ..resolvers import context_query, queries, series
 from .enums import ConflictStatus, FactStatus
+from .observe import ObserveContext
 from .packet import ContextPacket, ContextTrace, StatsOverview
 from .pagination import Connection, to_connection
 from .records import ConflictSetType, EventType, FactType
@@ -20,7 +21,10 @@ from .series import StatsBucketRow
 
 @strawberry.type
 class Query:
-    @strawberry.field(description="Assemble the context packet for one subject: the hot path of every agent call.")
+    @strawberry.field(
+        description="Assemble the context packet for one subject: the hot path of every agent call.",
+        extensions=[ObserveContext()],
+    )
     async def context(
         self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = DEFAULT_BUDGET
     ) -> ContextPacket:
