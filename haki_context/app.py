@@ -25,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import MissingQueryError
+from strawberry.http.websocket_origin import normalize_allowed_origins
 from strawberry.schema.exceptions import CannotGetOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
@@ -467,6 +468,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
         introspection=settings.introspection,
     )
     view = HakiGraphQL(schema, graphiql=settings.graphiql)
+    # A page on another origin may open the GraphQL WebSocket where it may POST (HAKI_CORS_ORIGINS).
+    view.allowed_origins = normalize_allowed_origins(settings.cors_origins or ())
     mcp = McpEndpoint(schema, settings)
 
     @mcp.running_during  # the MCP transport runs while the runtime is open

@@ -12,6 +12,7 @@ without them, or with tracing off, pays one `is None` test per call.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,9 @@ def configure(exporter: OtelExporter, *, span_exporter: SpanExporter | None = No
         raise RuntimeError(
             "HAKI_OTEL_EXPORTER=otlp needs the OpenTelemetry SDK: pip install 'haki-context[otel]'"
         ) from exc
-    provider = TracerProvider(resource=Resource.create({"service.name": "haki-context"}))
+    # The service is named haki-context unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES names it.
+    named = "OTEL_SERVICE_NAME" in os.environ or "service.name" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    provider = TracerProvider(resource=Resource.create({} if named else {"service.name": "haki-context"}))
     if span_exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(span_exporter))
     else:

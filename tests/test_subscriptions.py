@@ -17,7 +17,7 @@ import uvicorn
 from conftest import GraphQLClient, client_for, make_settings, new_project_key
 from contextlib_helpers import assert_fact
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from haki_context.app import create_app
 from haki_context.core import keys as core_keys
@@ -289,3 +289,20 @@ async def test_the_listener_listens_again_after_its_connection_is_cut(
         assert got["payload"]["data"]["traceAdded"]["id"] == written
     finally:
         await ws.close()
+
+
+async def test_a_page_on_another_origin_opens_the_socket_only_when_it_is_allowed(
+    runtime: Runtime, migrated: str
+) -> None:
+    settings = make_settings(migrated, cors_origins="https://dash.example.com")
+    live = LiveServer(create_app(settings, runtime=runtime))
+    await live.start()
+    try:
+        async with connect(live.url, subprotocols=[PROTOCOL], origin="https://dash.example.com") as ws:  # type: ignore[list-item,arg-type]
+            await ws.send(json.dumps({"type": "connection_init"}))  # development mode: no key needed
+            assert (await receive(ws))["type"] == "connection_ack"
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(live.url, subprotocols=[PROTOCOL], origin="https://elsewhere.example.com")  # type: ignore[list-item,arg-type]
+        assert refused.value.response.status_code == 403
+    finally:
+        await live.stop()
