@@ -27,6 +27,7 @@ from ..db import settings_records as db_settings_records
 from ..settings import PROFILES, RankingProfile, Settings
 from .embedder import Embedder
 from .errors import InvalidInput
+from .runtime import Runtime
 
 # Settings that change which items a call considers, how it scores them or what it keeps.
 DECISION_SETTINGS = (
@@ -108,6 +109,8 @@ OPERATIONAL_SETTINGS = (
     "subscriptions_per_key",
     "subscriptions_per_process",
     "subscription_buffer",
+    "metrics",
+    "otel_exporter",
 )
 
 # The record's layout; a change of it makes new ids, never a misread old record.
@@ -212,3 +215,9 @@ def settings_with(
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
         raise InvalidInput(f"{where}: {first.get('msg', 'invalid value')}", field="with.settings") from None
+
+
+async def by_id(rt: Runtime, project_id: str, record_id: str) -> SettingsRecord | None:
+    """A stored record of the project; None when it has none of that id."""
+    async with rt.pool.acquire() as conn:
+        return await load(conn, project_id, record_id)
