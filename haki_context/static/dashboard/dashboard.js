@@ -10,6 +10,11 @@
   const POLL_MS = 1000; // the fallback when the subscription is unavailable
   const RESUBSCRIBE_MS = 15000; // how long polling lasts before the websocket is tried again
   const PAGE = 50; // traces per page (the API allows 1..100)
+  // A busy project's live list: the table lists the newest rows that match, and the page keeps
+  // a bounded number of calls, so an open tab neither slows down nor grows without end.
+  const LISTED_MAX = 500;
+  const KEPT_MAX = 5000;
+  const PAINT_MS = 100; // calls arriving together are painted once
   const HORIZON_DAYS = { VOLATILE: 60, EPHEMERAL: 7 }; // the server's default horizons
 
   // ---------------------------------------------------------------- helpers
@@ -452,14 +457,27 @@
 
     function paint() {
       const shown = state.rows.filter(visible);
-      $("#trace-rows").innerHTML = shown.map(traceRow).join("");
+      $("#trace-rows").innerHTML = shown.slice(0, LISTED_MAX).map(traceRow).join("");
       const empty = $("#trace-empty");
       empty.hidden = shown.length > 0;
       empty.textContent = state.rows.length
         ? "No loaded trace matches these filters; older ones may (Older traces)."
         : "No context call yet. Calls appear here as agents make them.";
       $("#older").hidden = !state.hasNext;
-      $("#trace-count").textContent = `${shown.length} shown of ${state.rows.length} loaded`;
+      let count = `${shown.length} shown of ${state.rows.length} loaded`;
+      if (shown.length > LISTED_MAX) count += ` (the newest ${LISTED_MAX} listed)`;
+      if (state.trimmed) count += "; older calls were let go from this live list: reload the page to page through them";
+      $("#trace-count").textContent = count;
+    }
+
+    let paintTimer = null;
+    function schedulePaint() {
+      if (paintTimer === null) {
+        paintTimer = setTimeout(() => {
+          paintTimer = null;
+          if (!state.stopped) paint();
+        }, PAINT_MS);
+      }
     }
 
     function paintMode() {
@@ -482,7 +500,12 @@
       for (const t of fresh) state.seen.add(t.id);
       state.rows = fresh.concat(state.rows);
       state.rows.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
-      paint();
+      if (state.rows.length > KEPT_MAX) {
+        state.rows.length = KEPT_MAX;
+        state.trimmed = true;
+        state.hasNext = false; // the cursor no longer follows the last row kept
+      }
+      schedulePaint();
     }
 
     async function firstPage() {
@@ -592,6 +615,7 @@
         state.stopped = true;
         clearTimeout(pollTimer);
         clearTimeout(retryTimer);
+        clearTimeout(paintTimer);
         if (sub) sub.close();
       },
     };
