@@ -12,10 +12,12 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from conftest import GraphQLClient, client_for, make_settings, new_project_key
 from contextlib_helpers import assert_fact
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -306,3 +308,27 @@ async def test_a_page_on_another_origin_opens_the_socket_only_when_it_is_allowed
         assert refused.value.response.status_code == 403
     finally:
         await live.stop()
+
+
+async def test_open_subscriptions_are_a_metric(server: LiveServer, runtime: Runtime, writer: GraphQLClient) -> None:
+    key, _ = await project(runtime, writer)
+    metrics_url = server.url.replace("ws://", "http://").replace("/graphql", "/metrics")
+
+    async def open_now() -> float:
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(metrics_url, headers={"authorization": f"Bearer {key}"})).text
+        return next(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "haki_subscriptions_open"
+        )
+
+    before = await open_now()
+    ws = await open_socket(server, key)
+    try:
+        assert (await receive(ws))["type"] == "connection_ack"
+        await subscribe(server, ws)
+        assert await open_now() == before + 1
+    finally:
+        await ws.close()

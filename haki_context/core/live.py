@@ -185,7 +185,8 @@ class LiveTraces:
                 await self._hold(conn)
                 log.warning("live traces: the listening connection was lost; connecting again")
             finally:
-                self.listening.clear()
+                if self._listener is asyncio.current_task():  # not a listener already replaced
+                    self.listening.clear()
                 conn.terminate()
 
     async def _hold(self, conn: asyncpg.Connection) -> None:
