@@ -135,7 +135,7 @@ def new_subject(label: str) -> str:
 ASSERT = "mutation($i: FactInput!) { assertFact(input: $i) { fact { id } outcome conflict { id } } }"
 CONTEXT = """query($s: String!, $q: String!, $b: Int) {
   context(subjectId: $s, query: $q, budget: $b) {
-    traceId usedTokens facts { id predicate }
+    traceId usedTokens rendered facts { id predicate }
     trace { decisions { itemKind itemId decision reasonCode rank similarity fullText recency tokens } }
   }
 }"""
@@ -518,12 +518,25 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
         # The packet as served and the budget bar: what the served items took, and what was left.
         packet_text = await page.text("#packet")
         assert "- invoice language: German (" in packet_text, packet_text
+        # Fact lines are the served ones, and there is a line per served item; an episode line
+        # shows its event's excerpt, where a turn was served in its own words.
+        shown_lines, served_lines = packet_text.split("\n"), packet["rendered"].split("\n")
+        assert len(shown_lines) == len(served_lines)
+        assert [x for x in shown_lines if not x.startswith("- [")] == [
+            x for x in served_lines if not x.startswith("- [")
+        ]
         legend = await page.text(".legend")
         served = sum(d["tokens"] for d in decisions if d["decision"] == "INCLUDED")
         assert served == packet["usedTokens"]
         assert f"Unused {120 - served}" in legend, legend
         # A fact's source link leads to the event.
         await page.screenshot("dashboard-trace", height=1180)
+
+        # An episode's source opens its event, payload and all.
+        event = next(d["itemId"] for d in decisions if d["itemKind"] == "EPISODE" and d["decision"] == "INCLUDED")
+        await page.click(f"#decisions td.sources a[href='#/event/{event}']")
+        payload = await page.wait("document.querySelector('.event-view pre')?.innerText ?? ''", "the event")
+        assert json.loads(payload)["role"] == "user", payload
         page.check_clean()
 
 

@@ -46,10 +46,17 @@
     return value === null || value === undefined ? "" : `${(value * 100).toFixed(1)} %`;
   }
 
+  // Instants are shown in the browser's time zone, to the second.
   function when(iso) {
     if (!iso) return "";
     const d = new Date(iso);
-    return `${d.toISOString().slice(0, 10)} ${d.toTimeString().slice(0, 8)}`;
+    const two = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${d.toTimeString().slice(0, 8)}`;
+  }
+
+  // As the server writes an instant into `rendered`: UTC, to the minute.
+  function utcMinute(iso) {
+    return new Date(iso).toISOString().slice(0, 16).replace("T", " ");
   }
 
   function age(seconds) {
@@ -691,7 +698,7 @@
     const factLine = (d) =>
       d.fact ? `- ${factText(d.fact)} (${day(d.fact.validFrom || d.fact.recordedAt)})` : `- (fact ${d.itemId} no longer readable)`;
     const episodeLine = (d) =>
-      d.event ? `- [${when(d.event.occurredAt).slice(0, 16)}] ${d.event.excerpt}` : `- (event ${d.itemId} no longer readable)`;
+      d.event ? `- [${utcMinute(d.event.occurredAt)}] ${d.event.excerpt}` : `- (event ${d.itemId} no longer readable)`;
     return {
       text: [...facts.map(factLine), ...hops.map(factLine), ...episodes.map(episodeLine)].join("\n"),
       tokens: {
