@@ -34,6 +34,7 @@ QUERIES: dict[str, str] = {
     "events": '{ events(subjectId: "s") { edges { node { id } } } }',
     "conflicts": "{ conflicts { edges { node { id } } } }",
     "stats": "{ stats { contextCalls } }",
+    "statsSeries": '{ statsSeries(since: "2026-01-01T00:00:00Z", bucket: WEEK) { contextCalls } }',
 }
 MUTATIONS: dict[str, str] = {
     "recordEvent": 'mutation { recordEvent(input: {subjectId: "s", kind: "k", payload: {}}) { id } }',
