@@ -633,6 +633,23 @@ async def test_the_stats_plots_render(chromium: str, server: str, tmp_path: Path
         page.check_clean()
 
 
+async def test_older_traces_page_in_with_the_cursor(chromium: str, server: str, tmp_path: Path) -> None:
+    subject = new_subject("pages")
+    assert_fact(server, subject, "invoice_language", "German")
+    made = [context(server, subject, f"Question number {i}?")["traceId"] for i in range(65)]
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/traces?subject={subject}")
+        rows = "Array.from(document.querySelectorAll('#trace-rows tr'), r => r.dataset.trace)"
+        first = await page.wait(rows, "the first page", lambda ids: len(ids) == 50)
+        assert first == made[::-1][:50], "the newest 50 calls, newest first"
+        assert await page.js("!document.querySelector('#older').hidden")
+        await page.click("#older")
+        every = await page.wait(rows, "the next page", lambda ids: len(ids) == 65)
+        assert every == made[::-1], "every call once, in order"
+        assert await page.js("document.querySelector('#older').hidden"), "no page after the last"
+        page.check_clean()
+
+
 async def test_a_trace_of_500_decisions_renders_whole(chromium: str, server: str, tmp_path: Path) -> None:
     subject = new_subject("big")
     words = ["invoice", "payment", "order", "customer", "language", "currency", "delivery", "contract"]
