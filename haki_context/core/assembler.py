@@ -371,24 +371,21 @@ def _adjust(facts: list[_Fact], chunks: list[_Chunk], query: str, s: Settings) -
     cue = date_cue(query) if s.date_boost else None
     if cue is None and not s.neighbour_weight:
         return False
-    items: list[tuple[float, _Fact | _Chunk]] = [(_dated(f).timestamp(), f) for f in facts]
-    items += [(c.row.occurred_at.timestamp(), c) for c in chunks]
-    items.sort(key=lambda t: t[0])
-    base = [item.score for _, item in items]
-    bonus = [0.0] * len(items)
+    dates = [_dated(f) for f in facts] + [c.row.occurred_at for c in chunks]
+    scores = np.array([f.score for f in facts] + [c.score for c in chunks])
+    bonus = np.zeros(len(dates))
     if cue is not None:
-        for i, (_, item) in enumerate(items):
-            if cue.matches(_dated(item) if isinstance(item, _Fact) else item.row.occurred_at):
-                bonus[i] += s.date_boost
-    if s.neighbour_weight and len(items) > 1:
-        times = np.fromiter((t for t, _ in items), dtype=np.float64, count=len(items))
-        best = best_neighbours(times, np.asarray(base), s.neighbour_window_s)
-        bonus = [b + s.neighbour_weight * float(x) for b, x in zip(bonus, best)]
-    for (_, item), b in zip(items, bonus):
-        if isinstance(item, _Fact):
-            item.bonus += b
-        else:
-            item.score += b
+        bonus += s.date_boost * np.fromiter((cue.matches(d) for d in dates), dtype=bool, count=len(dates))
+    if s.neighbour_weight and len(dates) > 1:
+        times = np.fromiter((d.timestamp() for d in dates), dtype=np.float64, count=len(dates))
+        order = np.argsort(times, kind="stable")
+        best = np.empty(len(dates))
+        best[order] = best_neighbours(times[order], scores[order], s.neighbour_window_s)
+        bonus += s.neighbour_weight * best
+    for f, b in zip(facts, bonus[: len(facts)].tolist()):
+        f.bonus += b
+    for c, b in zip(chunks, bonus[len(facts) :].tolist()):
+        c.score += b
     return True
 
 
