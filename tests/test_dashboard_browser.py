@@ -591,8 +591,13 @@ async def test_dismissing_a_conflict_in_the_subject_view_serves_its_facts_again(
     first = assert_fact(server, subject, "diet", "vegetarian")
     second = assert_fact(server, subject, "diet", "no fish on Fridays", mode="CONTEST")
     conflict = second["conflict"]["id"]
+    context(server, subject, "What does the user eat?")
     async with dashboard(chromium, server, tmp_path) as page:
-        await page.open(f"#/subject/{subject}")
+        # The subject picker lists the subjects of the latest calls.
+        await page.open("#/subject")
+        link = f"#recent-subjects a[href='#/subject/{subject}']"
+        await page.wait(f"!!document.querySelector({json.dumps(link)})", "the subject among the latest calls'")
+        await page.click(link)
         card = f"#open-conflicts [data-conflict='{conflict}']"
         await page.wait(f"!!document.querySelector({json.dumps(card)})", "the open conflict")
         await page.click(f"{card} button.dismiss")

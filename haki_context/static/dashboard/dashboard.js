@@ -280,6 +280,10 @@
     }
   }`;
 
+  const RECENT_SUBJECTS = `query DashboardRecentSubjects {
+    traces(first: 100) { edges { node { subjectId createdAt } } }
+  }`;
+
   const EVENT = `query DashboardEvent($id: ID!) {
     event(id: $id) { id subjectId kind payload occurredAt recordedAt excerpt }
   }`;
@@ -390,10 +394,10 @@
     return `<span class="mini-bar" title="${used} of ${budget} tokens"><span style="width:${(share * 100).toFixed(1)}%"></span></span>`;
   }
 
-  function traceRow(t) {
+  function traceRow(t, fresh) {
     const c = servedCounts(t);
     const warnings = t.warnings.map((w) => `<div class="warning">${esc(w)}</div>`).join("");
-    return `<tr data-trace="${esc(t.id)}">
+    return `<tr data-trace="${esc(t.id)}"${fresh && fresh.has(t.id) ? ' class="fresh"' : ""}>
       <td class="nowrap" title="${esc(t.createdAt)}">${esc(clock(t.createdAt))}</td>
       <td><a href="${hashFor(`subject/${enc(t.subjectId)}`)}">${esc(t.subjectId)}</a></td>
       <td class="query"><a class="open-trace" href="#/trace/${enc(t.id)}">${esc(t.query) || "<em>(empty query)</em>"}</a></td>
@@ -413,6 +417,7 @@
       warning: args.warning || "",
       rows: [],
       seen: new Set(),
+      fresh: new Set(), // calls that arrived while the page was open, highlighted a moment
       endCursor: null,
       hasNext: false,
       mode: "starting",
@@ -464,7 +469,10 @@
 
     function paint() {
       const shown = state.rows.filter(visible);
-      $("#trace-rows").innerHTML = shown.slice(0, LISTED_MAX).map(traceRow).join("");
+      $("#trace-rows").innerHTML = shown
+        .slice(0, LISTED_MAX)
+        .map((t) => traceRow(t, state.fresh))
+        .join("");
       const empty = $("#trace-empty");
       empty.hidden = shown.length > 0;
       empty.textContent = state.rows.length
@@ -504,7 +512,11 @@
     function addNewest(traces) {
       const fresh = traces.filter((t) => !state.seen.has(t.id));
       if (!fresh.length) return;
-      for (const t of fresh) state.seen.add(t.id);
+      for (const t of fresh) {
+        state.seen.add(t.id);
+        state.fresh.add(t.id);
+        setTimeout(() => state.fresh.delete(t.id), 3000);
+      }
       state.rows = fresh.concat(state.rows);
       state.rows.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
       if (state.rows.length > KEPT_MAX) {
@@ -906,12 +918,22 @@
     if (!subjectId) {
       view().innerHTML = `<section><h1>Subject</h1>
         <form id="subject-pick" class="filters"><label>Subject id <input name="subject" required></label> <button>Open</button></form>
-        <p class="muted">Or pick one from the <a href="#/traces">live traces</a>.</p></section>`;
+        <h2>Subjects of the latest calls</h2><ul id="recent-subjects" class="recent"><li class="muted">Loading…</li></ul></section>`;
       $("#subject-pick").addEventListener("submit", (event) => {
         event.preventDefault();
         const s = String(new FormData(event.target).get("subject") || "").trim();
         if (s) location.hash = `#/subject/${enc(s)}`;
       });
+      // The API lists no subjects as such: the latest page of calls names the active ones.
+      gql(RECENT_SUBJECTS, {})
+        .then((data) => {
+          const latest = new Map();
+          for (const e of data.traces.edges) if (!latest.has(e.node.subjectId)) latest.set(e.node.subjectId, e.node.createdAt);
+          const items = Array.from(latest, ([s, at]) => `<li><a href="#/subject/${enc(s)}">${esc(s)}</a> <span class="muted">last call ${esc(when(at))}</span></li>`);
+          const list = $("#recent-subjects");
+          if (list) list.innerHTML = items.join("") || '<li class="muted">No context call yet.</li>';
+        })
+        .catch(showError);
       return null;
     }
     const pages = {}; // list name -> { endCursor, hasNext }
