@@ -367,7 +367,7 @@ async def test_the_live_list_shows_a_context_call_made_after_the_page_opened(
         await page.open("#/traces")
         await page.wait("document.querySelectorAll('#trace-rows tr').length >= 4", "every call")
         await wait_for(lambda: page.text("#live-state"), "the list to go live", lambda s: s.startswith("live"))
-        await page.screenshot("dashboard-traces")
+        await page.screenshot("dashboard-traces", height=420)
         page.check_clean()
 
 

@@ -399,7 +399,7 @@
     const warnings = t.warnings.map((w) => `<div class="warning">${esc(w)}</div>`).join("");
     return `<tr data-trace="${esc(t.id)}"${fresh && fresh.has(t.id) ? ' class="fresh"' : ""}>
       <td class="nowrap" title="${esc(t.createdAt)}">${esc(clock(t.createdAt))}</td>
-      <td><a href="${hashFor(`subject/${enc(t.subjectId)}`)}">${esc(t.subjectId)}</a></td>
+      <td class="subject"><a href="${hashFor(`subject/${enc(t.subjectId)}`)}">${esc(t.subjectId)}</a></td>
       <td class="query"><a class="open-trace" href="#/trace/${enc(t.id)}">${esc(t.query) || "<em>(empty query)</em>"}</a></td>
       <td class="nowrap">${statusBadge(t)}</td>
       <td>${warnings}</td>
