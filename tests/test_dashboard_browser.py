@@ -305,16 +305,6 @@ async def dashboard(chromium: str, base: str, tmp_path: Path) -> AsyncIterator[P
 # ---------------------------------------------------------------- the tests
 
 
-async def test_the_front_page_and_graphiql_link_to_the_dashboard(server: str) -> None:
-    async with httpx.AsyncClient(base_url=server) as client:
-        front = await client.get("/")
-        page = await client.get("/dashboard")
-        ide = await client.get("/graphql", headers={"accept": "text/html"})
-    assert front.status_code == 200 and 'href="/dashboard"' in front.text and 'href="/graphql"' in front.text
-    assert page.status_code == 200 and "/static/dashboard/dashboard.js" in page.text
-    assert 'href="/dashboard"' in ide.text
-
-
 async def test_the_live_list_shows_a_context_call_made_after_the_page_opened(
     chromium: str, server: str, tmp_path: Path
 ) -> None:
@@ -655,6 +645,7 @@ async def test_older_traces_page_in_with_the_cursor(chromium: str, server: str, 
         page.check_clean()
 
 
+@pytest.mark.slow
 async def test_a_trace_of_500_decisions_renders_whole(chromium: str, server: str, tmp_path: Path) -> None:
     subject = new_subject("big")
     words = ["invoice", "payment", "order", "customer", "language", "currency", "delivery", "contract"]
