@@ -414,6 +414,7 @@ async def serving(app: Starlette, rt: Runtime, settings: Settings) -> AsyncItera
         # Wait for the jobs to end (a pass mid-statement is cut), so none outlives the pool.
         if tasks:
             await asyncio.wait(tasks, timeout=POOL_CLOSE_TIMEOUT_S)
+        await app.state.live.close()  # its own connection, closed before the database stops
         app.state.supervisor = None
         logging.getLogger("asyncpg.pool").removeFilter(pool_lines)
         logging.getLogger("haki_context.supervisor").removeFilter(restart_lines)

@@ -136,6 +136,13 @@ class LiveTraces:
         finally:
             self._leave(sub)
 
+    async def close(self) -> None:
+        """Stop listening (the server stops): its connection is closed before the database is."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
     def _leave(self, sub: Subscription) -> None:
         subs = self._by_project.get(sub.project_id)
         if subs is not None:
