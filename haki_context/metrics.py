@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
@@ -130,7 +130,7 @@ class _AppGauges(Collector):
         live = getattr(self._state, "live", None)
         if live is not None:
             yield GaugeMetricFamily("haki_subscriptions_open", "traceAdded subscriptions open.", live.open)
-            yield GaugeMetricFamily(
+            yield CounterMetricFamily(
                 "haki_live_reconnects",
                 "Times the listening connection was made again after it was lost.",
                 live.reconnects,
