@@ -102,6 +102,7 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
         "episode_text_k": 0,
         "episode_excerpt_format": ExcerptFormat.JSON,
         "full_text_rank": FullTextRank.COVER_DENSITY,
+        "weight_similarity": 0.6,
         "weight_full_text": 0.25,
         "speaker_boost": 0.0,
         "packing": Packing.SECTIONS,
@@ -213,7 +214,7 @@ class Settings(BaseSettings):
     """How facts and episodes share the budget: merged (one ranking) or sections (facts first)."""
     date_boost: float = 0.3
     """Added to a fact's or turn's score when it is dated in the month or day the query names (0: off)."""
-    neighbour_weight: float = 0.2
+    neighbour_weight: float = 0.25
     """A candidate's score gains this share of the best other one dated within HAKI_NEIGHBOUR_WINDOW_S (0: off)."""
     neighbour_window_s: float = 600.0
     """Seconds apart within which two candidates are neighbours (the same stretch of conversation)."""
@@ -223,7 +224,7 @@ class Settings(BaseSettings):
     """Facts taken per followed entity."""
     multi_hop_read_rows: int = 100
     """An entity's facts read, then ranked, per hop."""
-    weight_similarity: float = 0.6
+    weight_similarity: float = 0.8
     """Weight of cosine similarity in the score."""
     weight_full_text: float = 0.6
     """Weight of the full-text rank in the score."""
