@@ -33,6 +33,11 @@ class EmptyReason(str, Enum):
     NO_RELEVANT_MEMORY = "NO_RELEVANT_MEMORY"
 
 
+class FactEndReason(str, Enum):
+    SUPERSEDED = "SUPERSEDED"
+    RETRACTED = "RETRACTED"
+
+
 class FactStatus(str, Enum):
     ACTIVE = "ACTIVE"
     SUPERSEDED = "SUPERSEDED"
@@ -56,6 +61,20 @@ class ReasonCode(str, Enum):
     BELOW_RELEVANCE_FLOOR = "BELOW_RELEVANCE_FLOOR"
     CONFLICT_OPEN = "CONFLICT_OPEN"
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
+
+
+class StatsBucket(str, Enum):
+    HOUR = "HOUR"
+    DAY = "DAY"
+    WEEK = "WEEK"
+
+
+class TracePhase(str, Enum):
+    EMBED = "EMBED"
+    RETRIEVE = "RETRIEVE"
+    PACK = "PACK"
+    PERSIST = "PERSIST"
+    TOTAL = "TOTAL"
 
 
 class Volatility(str, Enum):
