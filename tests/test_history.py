@@ -8,10 +8,12 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+import pytest
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact
 
 from haki_context.core.auth import DEV_PROJECT, Caller
+from haki_context.core.errors import InvalidInput
 from haki_context.core.portability import export_lines, import_lines
 from haki_context.core.runtime import Runtime
 
@@ -201,3 +203,18 @@ async def test_every_reinforcement_is_listed(client: GraphQLClient, runtime: Run
         )
     assert len(row["reinforced_at"]) == 2 and row["reinforced_at"] == sorted(row["reinforced_at"])
     assert row["reinforced_at"][-1] == row["last_reinforced_at"] and row["reinforced_at"][0] > row["recorded_at"]
+
+
+async def test_an_import_refuses_an_active_fact_that_says_it_ended(
+    client: GraphQLClient, runtime: Runtime, subject: str
+) -> None:
+    await assert_fact(client, subject, "pet", "cat")
+    exported = await _export(runtime, subject)
+    for field, value in (
+        ("endedAt", "2026-01-01T00:00:00+00:00"),
+        ("endReason", "RETRACTED"),
+        ("activeValidTo", "2026-01-01T00:00:00+00:00"),
+    ):
+        lines = [orjson.dumps({**r, field: value} if r.get("type") == "fact" else r) for r in exported]
+        with pytest.raises(InvalidInput, match="an ACTIVE fact has no endedAt"):
+            await import_lines(runtime, Caller.operator(f"project-{uuid.uuid4().hex[:12]}"), lines)

@@ -574,8 +574,8 @@ def _fact_end(r: dict[str, Any], status: FactStatus, superseded: bool) -> tuple[
     ended_at = _date(r, "endedAt")
     raw = r.get("endReason")
     if status is FactStatus.ACTIVE:
-        if ended_at is not None or raw is not None:
-            raise InvalidInput("an ACTIVE fact has no endedAt or endReason", field="endReason")
+        if ended_at is not None or raw is not None or r.get("activeValidTo") is not None:
+            raise InvalidInput("an ACTIVE fact has no endedAt, endReason or activeValidTo", field="endReason")
         return None, None
     if raw is None:
         return ended_at, FactEndReason.SUPERSEDED if superseded else FactEndReason(status.value)
