@@ -198,7 +198,7 @@ class Settings(BaseSettings):
     """Fewest episode candidates per axis; more for a larger budget, up to HAKI_EPISODE_MAX_K."""
     episode_max_k: int = 64
     """Most episode candidates per axis."""
-    episode_budget_per_candidate: int = 28
+    episode_budget_per_candidate: int = 14
     """Budget tokens per episode candidate: a budget asks for budget / this many."""
     episode_text_k: int = 32
     """Episode candidates by full text, beside those by vector (0: vector only)."""

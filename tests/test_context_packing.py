@@ -137,9 +137,9 @@ async def test_multi_hop_candidates_that_do_not_fit_are_over_budget(runtime: Run
 
 async def test_episodes_are_the_closest_chunks_packed_after_facts(client: GraphQLClient, subject: str) -> None:
     ids = await record(client, subject, [f"note {i} about the garden and tomatoes" for i in range(80)])
-    packet = await context(client, subject, "garden tomatoes", budget=900)
+    packet = await context(client, subject, "garden tomatoes", budget=300)
     episode_rows = decisions(packet, itemKind="EPISODE")
-    assert len(episode_rows) == 32  # 900 // 28 candidates (EPISODE_TOP_K is the floor)
+    assert len(episode_rows) == 32  # 300 // 14 candidates is below EPISODE_TOP_K, the floor
     bigger = await context(client, subject, "garden tomatoes", budget=100_000)
     assert len(decisions(bigger, itemKind="EPISODE")) == 64  # EPISODE_MAX_K
     assert all(d["chunk"] == 0 and d["itemId"] in ids for d in episode_rows)
