@@ -32,11 +32,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import asyncpg
 import numpy as np
 
+from ..db import as_of as db_as_of
 from ..db import retrieval
 from ..db import traces as db_traces
 from ..settings import EpisodeRanking, Packing, Settings
 from .embedder import DIMENSIONS
 from .entities import entities, names, query_words
+from .history import check_as_of
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
@@ -94,10 +96,22 @@ async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, bu
     return with_write(assembly.packet, await assembly.written)
 
 
-async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None) -> Assembly:
+async def start_assembly(
+    rt: Runtime,
+    project_id: str,
+    subject_id: str,
+    query: str,
+    budget: int | None,
+    *,
+    as_of: datetime | None = None,
+) -> Assembly:
     """Assemble the context packet for one subject and send its trace write, without waiting
     for it: the caller does other work (a GraphQL response's serialization) meanwhile, and
-    awaits `written` before it serves the packet."""
+    awaits `written` before it serves the packet.
+
+    `as_of`: the packet as it would have been assembled at that past instant, from the memory
+    as it stood then (db/as_of.py: its own statements, exact scans; without it the call runs
+    db/retrieval.py's, untouched)."""
     s = rt.settings
     clock = _Clock()
 
@@ -106,6 +120,11 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
     check_subject_id(subject_id)
     query = clean_query(query)
     now = datetime.now(UTC)
+    # The statements: db/retrieval.py's, or at a past instant db/as_of.py's (read at the call, not bound once).
+    facts_sql, episodes_sql, hop_sql = retrieval.fact_candidates, retrieval.episode_candidates, retrieval.multi_hop
+    if as_of is not None:
+        called_at, now = now, await check_as_of(rt, project_id, as_of)
+        facts_sql, episodes_sql, hop_sql = db_as_of.fact_candidates, db_as_of.episode_candidates, db_as_of.multi_hop
 
     # 2. Embed the query (cached by text).
     with clock.embedding():
@@ -119,10 +138,8 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
     episode_k = episode_candidates(s, budget)
     weights = Weights.from_settings(s)
     async with _in_flight() as spawn:
-        facts_task = spawn(_on_conn(rt, retrieval.fact_candidates, params, s.retrieval_top_k, s.blocked_trace_limit))
-        episodes_task = spawn(
-            _on_conn(rt, retrieval.episode_candidates, params, episode_k, min(s.episode_text_k, episode_k))
-        )
+        facts_task = spawn(_on_conn(rt, facts_sql, params, s.retrieval_top_k, s.blocked_trace_limit))
+        episodes_task = spawn(_on_conn(rt, episodes_sql, params, episode_k, min(s.episode_text_k, episode_k)))
         found = await facts_task
         rt.own_indexes.saw(project_id, subject_id, "facts", found.own_index)
 
@@ -137,7 +154,7 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
             hop_task = spawn(
                 _on_conn(
                     rt,
-                    retrieval.multi_hop,
+                    hop_sql,
                     params,
                     hop_names,
                     decided,
@@ -189,6 +206,8 @@ async def start_assembly(rt: Runtime, project_id: str, subject_id: str, query: s
     # 10-11. The packet, and its trace's write sent: the packet is served only once it has committed.
     with clock.deciding():
         trace = _trace(subject_id, query, budget, now, facts, hops, episodes, clock)
+    if as_of is not None:  # the call's own instant, and the one it answered for
+        trace = replace(trace, created_at=called_at, as_of=now)
     written = asyncio.ensure_future(_write(rt, project_id, trace))
     # Observed even when no one awaits it (a request cancelled meanwhile): no "never retrieved" log.
     written.add_done_callback(lambda w: w.cancelled() or w.exception())

@@ -95,6 +95,7 @@ class ContextTrace:
     facts_served: int
     episodes_served: int
     decisions: tuple[TraceDecision, ...] | None = None
+    as_of: datetime | None = None  # the past instant a `context(asOf:)` call answered for
 
 
 @dataclass(frozen=True)

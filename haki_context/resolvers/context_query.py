@@ -11,7 +11,13 @@ from .context import RequestContext, TraceWrite
 
 
 async def context(
-    ctx: RequestContext, subject_id: str, query: str, budget: int | None, path: tuple[str | int, ...]
+    ctx: RequestContext,
+    subject_id: str,
+    query: str,
+    budget: int | None,
+    path: tuple[str | int, ...],
+    *,
+    as_of: datetime | None = None,
 ) -> ContextPacket:
     """The packet, returned while its trace is still being written: the response is held until
     the write has committed (schema.writes.AwaitTraceWrites), and serialized meanwhile.
@@ -21,7 +27,7 @@ async def context(
     committed after: its wait is on the pool, which bounds it, and holding a slot for it would
     leave the CPU idle while calls queue."""
     async with ctx.rt.admission.slot():
-        assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget)
+        assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget, as_of=as_of)
     packet = assembly.packet
     ctx.trace_writes[packet.trace.id] = TraceWrite(path, assembly.written)
     # The decisions are in hand: a later `trace.decisions` of this request needs no query.

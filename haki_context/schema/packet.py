@@ -82,6 +82,10 @@ class ContextTrace:
     warnings: list[str] = strawberry.field(description="Warnings of the packet.")
     created_at: datetime = strawberry.field(description="The call's instant ('now' of every statement).")
     counts: DecisionCounts = strawberry.field(description="Decisions by kind.")
+    as_of: datetime | None = strawberry.field(
+        description="The past instant a context(asOf:) call answered for, from the memory as it stood then; null"
+        " for a call about its own instant (createdAt)."
+    )
 
     @strawberry.field(description="Where the time went.")
     async def timings(self, info: strawberry.Info) -> TraceTimings:

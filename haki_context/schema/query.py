@@ -4,6 +4,7 @@ FORBIDDEN); `context` needs no more, though it writes its own trace."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 import strawberry
 
@@ -26,10 +27,24 @@ class Query:
         extensions=[ObserveContext()],
     )
     async def context(
-        self, info: strawberry.Info, subject_id: str, query: str, budget: int | None = DEFAULT_BUDGET
+        self,
+        info: strawberry.Info,
+        subject_id: str,
+        query: str,
+        budget: int | None = DEFAULT_BUDGET,
+        as_of: Annotated[
+            datetime | None,
+            strawberry.argument(
+                description="Answer as the memory stood at this past instant: facts recorded by then and not yet"
+                " ended then, validity and volatility horizons evaluated then, conflict sets open then, events"
+                " recorded by then (exact scans). INVALID_INPUT in the future or before the project existed."
+            ),
+        ] = None,
     ) -> ContextPacket:
         info.context.require(Scope.READ)
-        return await context_query.context(info.context, subject_id, query, budget, tuple(info.path.as_list()))
+        return await context_query.context(
+            info.context, subject_id, query, budget, tuple(info.path.as_list()), as_of=as_of
+        )
 
     @strawberry.field(
         description="A persisted trace of an earlier context call, by id; null when unknown or outside the caller's project."

@@ -1,0 +1,115 @@
+"""The decisions of this checkout and another revision, question by question: `python -m benchmarks.decisions_ab`.
+
+revision_ab compares the latency of two revisions; this compares what they decide. Each side
+runs in a process of its own, from its own tree (this checkout, and a git worktree of
+`--baseline`), on the latency benchmark's database (`--database-url URL/haki_bench_<N>`), and
+assembles the same distinct questions in process (budget 900) with the scope indexes' build
+off. For each question it records every decision (item, decision, reason, rank, score
+components); the figure is the share of questions whose decisions are the same on both sides
+(scores within 1e-9 relative). The two sides run at other instants, so recency (and the score)
+moves a little between them: the comparison uses the score components other than recency and
+score unless `--exact-scores`.
+
+Prints the figures and writes benchmarks/results/decisions-ab-<date>.json (or `--out FILE`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .latency_common import DEFAULT_OUT, REPO_ROOT
+from .revision_ab import worktree
+
+# Run in each tree (its own haki_context on sys.path first): the decisions of each question as JSON.
+_SIDE = r"""
+import asyncio, itertools, json, sys
+sys.path.insert(0, sys.argv[1])
+from haki_context.app import open_runtime
+from haki_context.core.assembler import assemble
+from haki_context.settings import Settings
+from benchmarks import latency_texts
+from benchmarks.latency_common import PROJECT, SUBJECT
+
+async def main():
+    settings = Settings(database_url=sys.argv[2], embed_provider="onnx", dev_mode=True, scope_index_interval_s=0)
+    rt, stack = await open_runtime(settings)
+    out = []
+    async with stack:
+        for q in itertools.islice(latency_texts.questions(seed=int(sys.argv[4])), int(sys.argv[3])):
+            packet = await assemble(rt, PROJECT, SUBJECT, q, 900)
+            out.append([[d.item_kind.value, d.item_id, d.chunk, d.decision.value, d.reason_code.value, d.rank,
+                         d.score, d.similarity, d.full_text, d.recency, d.distance] for d in packet.trace.decisions])
+    json.dump(out, sys.stdout)
+
+asyncio.run(main())
+"""
+
+# Positions of the compared fields in a decision row above.
+_KEYS = slice(0, 6)
+_COMPONENTS = {"score": 6, "similarity": 7, "full_text": 8, "recency": 9, "distance": 10}
+
+
+def side(root: Path, dsn: str, questions: int, seed: int) -> list[list[list[Any]]]:
+    result = subprocess.run(
+        [sys.executable, "-c", _SIDE, str(root), dsn, str(questions), str(seed)],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(result.stdout)
+
+
+def same(a: list[list[Any]], b: list[list[Any]], components: list[int]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x[_KEYS] != y[_KEYS]:
+            return False
+        for i in components:
+            if (x[i] is None) != (y[i] is None):
+                return False
+            if x[i] is not None and abs(x[i] - y[i]) > 1e-9 * max(1.0, abs(x[i]), abs(y[i])):
+                return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.decisions_ab", description=__doc__)
+    p.add_argument("--baseline", required=True, help="a git revision")
+    p.add_argument("--database-url", required=True, help="URL of the latency benchmark's database")
+    p.add_argument("--questions", type=int, default=200)
+    p.add_argument("--seed", type=int, default=4242)
+    p.add_argument("--exact-scores", action="store_true", help="compare recency and the score too")
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    with worktree(a.baseline) as baseline_root:
+        before = side(baseline_root, a.database_url, a.questions, a.seed)
+    after = side(REPO_ROOT, a.database_url, a.questions, a.seed)
+    names = list(_COMPONENTS) if a.exact_scores else ["similarity", "full_text", "distance"]
+    components = [_COMPONENTS[n] for n in names]
+    identical = sum(same(x, y, components) for x, y in zip(before, after, strict=True))
+    result = {
+        "baseline": a.baseline,
+        "questions": a.questions,
+        "compared": ["item", "decision", "reason", "rank", *names],
+        "identical": identical,
+        "share_identical": identical / a.questions,
+        "measured_at": datetime.now(UTC).isoformat(),
+    }
+    out = a.out or DEFAULT_OUT / f"decisions-ab-{datetime.now(UTC):%Y-%m-%d}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
