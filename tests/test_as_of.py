@@ -192,3 +192,14 @@ async def test_the_cover_density_rank_reads_the_past_too(runtime: Runtime, subje
         assert values(await at(client, subject, "Lisbon", None)) == ["Porto"]
     finally:
         await client.http.aclose()
+
+
+async def test_the_stored_trace_records_the_instant_and_the_settings(client: GraphQLClient, subject: str) -> None:
+    fact = await assert_fact(client, subject, "home_city", "Lisbon")
+    t = (await fact_dates(client, fact["fact"]["id"]))["recordedAt"]
+    past, now = await at(client, subject, "home city", t), await at(client, subject, "home city", None)
+    lookup = "query($id: ID!) { trace(id: $id) { createdAt asOf settings { id } } }"
+    stored = (await client.execute(lookup, {"id": past["traceId"]}))["trace"]
+    assert datetime.fromisoformat(stored["asOf"]) == t and stored["createdAt"] == past["trace"]["createdAt"]
+    plain = (await client.execute(lookup, {"id": now["traceId"]}))["trace"]
+    assert plain["asOf"] is None and plain["settings"]["id"] == stored["settings"]["id"]

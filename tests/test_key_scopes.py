@@ -35,6 +35,7 @@ QUERIES: dict[str, str] = {
     "conflicts": "{ conflicts { edges { node { id } } } }",
     "stats": "{ stats { contextCalls } }",
     "statsSeries": '{ statsSeries(since: "2026-01-01T00:00:00Z", bucket: WEEK) { contextCalls } }',
+    "replay": f'{{ replay(traceId: "{ANY_ID}") {{ asOf }} }}',
 }
 MUTATIONS: dict[str, str] = {
     "recordEvent": 'mutation { recordEvent(input: {subjectId: "s", kind: "k", payload: {}}) { id } }',

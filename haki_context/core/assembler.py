@@ -45,6 +45,8 @@ from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, Packet
 from .packing import Section, episode_line, fact_line, pack_merged, pack_section, render, tokens
 from .runtime import Runtime
 from .scoring import Components, Weights, best_neighbours, components
+from .settings_records import SettingsRecord, ensure_written
+from .settings_records import record_of as settings_record
 from .temporal import date_cue
 from .texts import served_excerpt
 
@@ -104,6 +106,7 @@ async def start_assembly(
     budget: int | None,
     *,
     as_of: datetime | None = None,
+    persist: bool = True,
 ) -> Assembly:
     """Assemble the context packet for one subject and send its trace write, without waiting
     for it: the caller does other work (a GraphQL response's serialization) meanwhile, and
@@ -111,7 +114,7 @@ async def start_assembly(
 
     `as_of`: the packet as it would have been assembled at that past instant, from the memory
     as it stood then (db/as_of.py: its own statements, exact scans; without it the call runs
-    db/retrieval.py's, untouched)."""
+    db/retrieval.py's, untouched). `persist=False` (a replay) writes no trace."""
     s = rt.settings
     clock = _Clock()
 
@@ -135,6 +138,7 @@ async def start_assembly(
     params = search_params(
         s, project_id, subject_id, vector, query, now, own_index_tables=rt.own_indexes.tables(project_id, subject_id)
     )
+    record = settings_record(s, rt.embedder)
     episode_k = episode_candidates(s, budget)
     weights = Weights.from_settings(s)
     async with _in_flight() as spawn:
@@ -205,10 +209,12 @@ async def start_assembly(
 
     # 10-11. The packet, and its trace's write sent: the packet is served only once it has committed.
     with clock.deciding():
-        trace = _trace(subject_id, query, budget, now, facts, hops, episodes, clock)
+        trace = _trace(subject_id, query, budget, now, facts, hops, episodes, clock, record.id)
     if as_of is not None:  # the call's own instant, and the one it answered for
         trace = replace(trace, created_at=called_at, as_of=now)
-    written = asyncio.ensure_future(_write(rt, project_id, trace))
+    if not persist:
+        return Assembly(_packet(trace, facts.section.kept, hops.kept, episodes.kept), _not_written())
+    written = asyncio.ensure_future(_write(rt, project_id, trace, record))
     # Observed even when no one awaits it (a request cancelled meanwhile): no "never retrieved" log.
     written.add_done_callback(lambda w: w.cancelled() or w.exception())
     await asyncio.sleep(0)  # the write runs up to its first wait: its statement is on the wire
@@ -429,6 +435,7 @@ def _trace(
     hops: Section[_Fact],
     episodes: Section[_Chunk],
     clock: _Clock,
+    settings_id: str,
 ) -> ContextTrace:
     """10. Every decision in rank order by section, and what the packet holds."""
     servable = len(facts.section.verdicts)
@@ -459,6 +466,7 @@ def _trace(
         facts_served=len(kept),
         episodes_served=len(episodes.kept),
         decisions=tuple(decisions),
+        settings_id=settings_id,
     )
 
 
@@ -515,9 +523,17 @@ async def _on_conn(
         return await statement(conn, *args, **kwargs)
 
 
-async def _write(rt: Runtime, project_id: str, trace: ContextTrace) -> float:
+async def _write(rt: Runtime, project_id: str, trace: ContextTrace, record: SettingsRecord) -> float:
     async with rt.pool.acquire() as conn:
+        await ensure_written(conn, project_id, record)  # a statement once per project and process
         return await db_traces.insert(conn, project_id, trace, durable=rt.settings.durable_traces)
+
+
+def _not_written() -> asyncio.Future[float]:
+    """The write of a trace that is not persisted (a replay): done at once, taking no time."""
+    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    done.set_result(0.0)
+    return done
 
 
 def _ms(since: float) -> float:

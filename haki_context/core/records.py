@@ -107,6 +107,8 @@ def trace_from_row(row: asyncpg.Record) -> ContextTrace:
         reason_counts={ReasonCode(code): row[col] for code, col in REASON_COLUMNS.items()},
         facts_served=row["facts_served"],
         episodes_served=row["episodes_served"],
+        settings_id=row["settings_id"],
+        as_of=row["as_of"],
     )
 
 

@@ -217,7 +217,21 @@ def settings_with(
         raise InvalidInput(f"{where}: {first.get('msg', 'invalid value')}", field="with.settings") from None
 
 
+# Records read back, by (project, id): a record never changes (its id is its content's hash),
+# so a page of traces made under one record reads it once.
+_LOADED: dict[tuple[str, str], SettingsRecord] = {}
+
+
 async def by_id(rt: Runtime, project_id: str, record_id: str) -> SettingsRecord | None:
     """A stored record of the project; None when it has none of that id."""
+    key = (project_id, record_id)
+    hit = _LOADED.get(key)
+    if hit is not None:
+        return hit
     async with rt.pool.acquire() as conn:
-        return await load(conn, project_id, record_id)
+        record = await load(conn, project_id, record_id)
+    if record is not None:
+        if len(_LOADED) >= _MOST_WRITTEN:
+            _LOADED.clear()
+        _LOADED[key] = record
+    return record

@@ -42,7 +42,7 @@ TRACE_CHANNEL = "haki_traces"
 TRACE_COLUMNS = (
     "id, subject_id, query, budget_tokens, used_tokens, status, empty_reason, warnings, created_at, "
     "embed_ms, retrieve_ms, pack_ms, persist_ms, total_ms, facts_served, episodes_served, "
-    "n_included, n_excluded, n_blocked, " + ", ".join(REASON_COLUMNS.values())
+    "n_included, n_excluded, n_blocked, " + ", ".join(REASON_COLUMNS.values()) + ", settings_id, as_of"
 )
 
 # One statement, so one round trip and one implicit transaction: the decisions first, then
@@ -77,7 +77,7 @@ written AS (
 )
 INSERT INTO context_traces (project_id, {TRACE_COLUMNS})
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, w.ms, $14::float8 + w.ms, $15, $16,
-       $17, $18, $19, $20, $21, $22, $23, $24, $25
+       $17, $18, $19, $20, $21, $22, $23, $24, $25, $28, $29
 FROM written w
 RETURNING persist_ms
 """
@@ -125,6 +125,8 @@ async def insert(conn: asyncpg.Connection, project_id: str, trace: Any, *, durab
         # orjson writes a slotted dataclass as an object of its fields, an enum as its value
         list(trace.decisions or ()),
         durable,
+        trace.settings_id,
+        trace.as_of,
     )
     return cast(float, persist_ms)
 

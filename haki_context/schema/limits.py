@@ -82,6 +82,10 @@ class _CodingContext:
         return getattr(self._context, name)
 
 
+# Root fields that assemble a packet: `replay` runs `context`'s work again, so it counts as one.
+_ASSEMBLING = frozenset({"context", "replay"})
+
+
 def context_field_limit(max_fields: int) -> type[ValidationRule]:
     """A rule allowing at most `max_fields` `context` root fields per operation.
 
@@ -107,7 +111,7 @@ def context_field_limit(max_fields: int) -> type[ValidationRule]:
             total = 0
             for selection in selection_set.selections:
                 if isinstance(selection, FieldNode):
-                    total += selection.name.value == "context"
+                    total += selection.name.value in _ASSEMBLING
                 elif isinstance(selection, InlineFragmentNode):
                     total += self._count(selection.selection_set, seen)
                 elif isinstance(selection, FragmentSpreadNode) and selection.name.value not in seen:

@@ -11,8 +11,10 @@ from strawberry.types.nodes import FragmentSpread, InlineFragment, SelectedField
 from ..core.models import Decision as CoreDecision
 from ..core.models import ItemKind as CoreItemKind
 from ..resolvers import context_query, queries
+from ..resolvers import replay as replay_resolvers
 from .enums import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 from .records import EventType, FactType
+from .settings_record import SettingsRecordType, settings_type
 
 
 @strawberry.type(description="How long each step of a context call took, in milliseconds.")
@@ -86,6 +88,15 @@ class ContextTrace:
         description="The past instant a context(asOf:) call answered for, from the memory as it stood then; null"
         " for a call about its own instant (createdAt)."
     )
+    settings_id: strawberry.Private[str | None]
+
+    @strawberry.field(
+        description="Every setting that changed the call's decisions, and the embedder; null for a trace made"
+        " before settings were recorded."
+    )
+    async def settings(self, info: strawberry.Info) -> SettingsRecordType | None:
+        record = await replay_resolvers.settings_record(info.context, self.settings_id)
+        return None if record is None else settings_type(record)
 
     @strawberry.field(description="Where the time went.")
     async def timings(self, info: strawberry.Info) -> TraceTimings:

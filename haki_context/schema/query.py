@@ -17,6 +17,7 @@ from .observe import ObserveContext
 from .packet import ContextPacket, ContextTrace, StatsOverview
 from .pagination import Connection, to_connection
 from .records import ConflictSetType, EventType, FactType
+from .replay import ReplayType, replay_field
 from .series import StatsBucketRow
 
 
@@ -107,6 +108,13 @@ class Query:
     ) -> Connection[ConflictSetType]:
         info.context.require(Scope.READ)
         return to_connection(await queries.conflicts(info.context, subject_id, status, first, after))
+
+    replay: ReplayType = strawberry.field(
+        resolver=replay_field,
+        description="Run a stored context call again at its own instant (or, with compareWithNow, against the"
+        " memory as it stands now), under the settings it ran under or `with` overrides, by the exact plan; the"
+        " new packet and the diff against the stored decisions. A trace is written only with persist: true.",
+    )
 
     @strawberry.field(description="Usage overview of the caller's project over a window (default: all time).")
     async def stats(self, info: strawberry.Info, since: datetime | None = None) -> StatsOverview:
