@@ -26,7 +26,9 @@ from .enums import (
     FactStatus,
     ItemKind,
     PacketStatus,
+    RankingProfile,
     ReasonCode,
+    ReplayChangeKind,
     StatsBucket,
     TracePhase,
     Volatility,
@@ -64,7 +66,7 @@ from .get_trace import (
     GetTraceTraceDecisionsEvent,
     GetTraceTraceDecisionsFact,
 )
-from .input_types import EventInput, FactInput
+from .input_types import EventInput, FactInput, ReplayOverrides
 from .record_event import RecordEvent, RecordEventRecordEvent
 from .record_events import RecordEvents, RecordEventsRecordEvents
 from .retract_fact import RetractFact, RetractFactRetractFact
@@ -126,11 +128,14 @@ __all__ = [
     "ItemKind",
     "PacketStatus",
     "PageInfoFields",
+    "RankingProfile",
     "ReasonCode",
     "RecordEvent",
     "RecordEventRecordEvent",
     "RecordEvents",
     "RecordEventsRecordEvents",
+    "ReplayChangeKind",
+    "ReplayOverrides",
     "RetractFact",
     "RetractFactRetractFact",
     "Stats",

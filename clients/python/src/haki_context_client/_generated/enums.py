@@ -54,6 +54,11 @@ class PacketStatus(str, Enum):
     DEGRADED = "DEGRADED"
 
 
+class RankingProfile(str, Enum):
+    DEFAULT = "DEFAULT"
+    SEED = "SEED"
+
+
 class ReasonCode(str, Enum):
     TOP_SCORE = "TOP_SCORE"
     MULTI_HOP_EXPANSION = "MULTI_HOP_EXPANSION"
@@ -61,6 +66,14 @@ class ReasonCode(str, Enum):
     BELOW_RELEVANCE_FLOOR = "BELOW_RELEVANCE_FLOOR"
     CONFLICT_OPEN = "CONFLICT_OPEN"
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
+
+
+class ReplayChangeKind(str, Enum):
+    ADDED = "ADDED"
+    REMOVED = "REMOVED"
+    MOVED = "MOVED"
+    SCORE_CHANGED = "SCORE_CHANGED"
+    DECISION_CHANGED = "DECISION_CHANGED"
 
 
 class StatsBucket(str, Enum):

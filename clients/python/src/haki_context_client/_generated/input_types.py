@@ -7,7 +7,7 @@ from typing import Any, Optional
 from pydantic import Field
 
 from .base_model import BaseModel
-from .enums import AssertMode, Volatility
+from .enums import AssertMode, RankingProfile, Volatility
 
 
 class EventInput(BaseModel):
@@ -44,3 +44,16 @@ class FactInput(BaseModel):
     "How fast the fact goes stale."
     mode: Optional[AssertMode] = AssertMode.SUPERSEDE
     "What happens to an earlier ACTIVE fact of the same predicate."
+
+
+class ReplayOverrides(BaseModel):
+    """What a replay changes of the stored call; nothing by default."""
+
+    budget: Optional[int] = None
+    "Another token budget (default: the call's)."
+    profile: Optional[RankingProfile] = None
+    "Another ranking profile, its values applied over the recorded settings."
+    settings: Optional[Any] = None
+    'Decision settings by name and value, applied last, e.g. {"weight_recency": 0.3} (see SettingsRecord.values for the names).'
+    current_settings: bool = Field(alias="currentSettings", default=False)
+    "Run under the server's current settings instead of the recorded ones."
