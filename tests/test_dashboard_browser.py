@@ -675,6 +675,8 @@ async def test_a_trace_of_500_decisions_renders_whole(chromium: str, server: str
             lambda n: n == len(decisions),
         )
         shown = await page.js("performance.now()")
+        # The page records its timings at the next animation frame after the rows are in.
+        await page.wait("document.body.dataset.traceLoadMs", "the page's timings", lambda v: v is not None)
         render_ms = int(await page.js("document.body.dataset.traceRenderMs"))
         load_ms = int(await page.js("document.body.dataset.traceLoadMs"))
         print(
