@@ -50,7 +50,7 @@ from .mcp_server.http import McpEndpoint
 from .media_types import ACCEPTABLE, ResponseType, negotiate
 from .metrics import MetricsEndpoint, RestartLines, record_refusal
 from .resolvers.context import build_context
-from .schema import build_schema
+from .schema import schema_for
 from .schema.errors import RequestErrorCode, domain_error, format_error, http_status
 from .schema.ide import render_graphiql_page
 from .settings import MetricsAccess, OtelExporter, Settings
@@ -461,13 +461,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
     """The ASGI app. With `runtime` given, the app uses it and does not close it; it runs the
     background jobs only with `background` (the CLI, which opens the runtime before serving so
     that a failure to start is one error line; tests run none)."""
-    schema = build_schema(
-        max_depth=settings.max_query_depth,
-        max_aliases=settings.max_aliases,
-        max_tokens=settings.max_tokens,
-        max_context_fields=settings.max_context_fields,
-        introspection=settings.introspection,
-    )
+    schema = schema_for(settings)
     view = HakiGraphQL(schema, graphiql=settings.graphiql)
     # A page on another origin may open the GraphQL WebSocket where it may POST (HAKI_CORS_ORIGINS).
     view.allowed_origins = normalize_allowed_origins(settings.cors_origins or ())

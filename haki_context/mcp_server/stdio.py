@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
-import strawberry
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server as sdk_stdio_server
@@ -33,7 +32,7 @@ from mcp.server.stdio import stdio_server as sdk_stdio_server
 from ..core.auth import Authenticator
 from ..core.errors import Unauthenticated
 from ..core.runtime import Runtime
-from ..schema import build_schema
+from ..schema import schema_for
 from ..settings import Settings
 from ..startup_errors import StartupError
 from .gateway import Gateway, Invocation
@@ -117,17 +116,6 @@ def stdio_server(settings: Settings, key: str | None) -> MCPServer[Any]:
         return await holder.invocation()
 
     return build_server(Gateway(schema_for(settings)), caller_of, lifespan=lifespan)
-
-
-def schema_for(settings: Settings) -> strawberry.Schema:
-    """The schema with the limits the HTTP server applies."""
-    return build_schema(
-        max_depth=settings.max_query_depth,
-        max_aliases=settings.max_aliases,
-        max_tokens=settings.max_tokens,
-        max_context_fields=settings.max_context_fields,
-        introspection=settings.introspection,
-    )
 
 
 class StdinLines:

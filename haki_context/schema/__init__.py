@@ -12,6 +12,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from ..core.errors import HakiError
+from ..settings import Settings
 from .errors import is_unexpected
 from .execution import LeanExecutionContext
 from .limits import alias_limit, context_field_limit, depth_limit
@@ -79,3 +80,14 @@ def export_sdl() -> str:
 
 
 __all__ = ["HakiError", "build_schema", "export_sdl"]
+
+
+def schema_for(settings: Settings) -> strawberry.Schema:
+    """The schema with the limits `settings` gives: the one every transport serves."""
+    return build_schema(
+        max_depth=settings.max_query_depth,
+        max_aliases=settings.max_aliases,
+        max_tokens=settings.max_tokens,
+        max_context_fields=settings.max_context_fields,
+        introspection=settings.introspection,
+    )
