@@ -26,7 +26,10 @@ from haki_context_client.types import (
     FactStatus,
     ItemKind,
     PacketStatus,
+    RankingProfile,
     ReasonCode,
+    ReplayChangeKind,
+    ReplayOverrides,
     Volatility,
 )
 
@@ -122,6 +125,58 @@ def test_a_new_value_supersedes_and_a_contested_one_opens_a_conflict(live_server
         contested = haki.assert_fact(subject, "language", "Dutch", mode=AssertMode.CONTEST)
         assert contested.outcome is AssertOutcome.CONFLICT_OPENED
         assert contested.conflict is not None and contested.conflict.status.value == "OPEN"
+
+
+def test_context_as_of_a_past_instant_and_a_replay_show_what_memory_gave_then_and_what_changed_since(
+    live_server: LiveServer, subject: str
+) -> None:
+    with HakiClientSync(live_server.url, api_key=live_server.key) as haki:
+        french = haki.assert_fact(subject, "invoice_language", "French").fact
+        stored = haki.context(subject, QUESTION)
+        trace = haki.trace(stored.trace_id)
+        assert trace is not None
+        then = trace.created_at
+        german = haki.assert_fact(subject, "invoice_language", "German")
+        assert [f.id for f in german.superseded] == [french.id]
+
+        past = haki.context(subject, QUESTION, as_of=then)
+        assert [f.id for f in past.facts] == [french.id] and "German" not in past.rendered
+        assert [f.id for f in haki.context(subject, QUESTION).facts] == [german.fact.id]
+
+        again = haki.replay(stored.trace_id)
+        assert again.diff.identical and again.diff.changes == []
+        assert again.packet.rendered == stored.rendered and again.as_of == then
+        assert not again.compared_with_now and not again.persisted
+        assert again.original.id == stored.trace_id and any("exact plan" in n for n in again.notes)
+
+        now = haki.replay(stored.trace_id, compare_with_now=True)
+        assert now.compared_with_now and now.as_of > then and not now.diff.identical
+        changes = {c.item_id: c for c in now.diff.changes}
+        removed = changes[french.id]
+        assert removed.kinds == [ReplayChangeKind.REMOVED] and removed.after is None
+        assert removed.before is not None and removed.before.fact is not None
+        assert removed.before.fact.value == "French"
+        assert removed.why is not None and removed.why.startswith("superseded at ") and german.fact.id in removed.why
+        assert changes[german.fact.id].kinds == [ReplayChangeKind.ADDED]
+        assert (now.diff.removed, now.diff.added) == (1, 1)
+
+
+async def test_the_async_client_replays_with_overrides_and_raises_the_servers_codes(
+    live_server: LiveServer, subject: str
+) -> None:
+    async with HakiClient(live_server.url, api_key=live_server.key) as haki:
+        await haki.assert_fact(subject, "invoice_language", "French")
+        stored = await haki.context(subject, QUESTION, budget=600)
+        smaller = await haki.replay(stored.trace_id, overrides={"budget": 300})
+        assert smaller.packet.budget_tokens == 300 and stored.budget_tokens == 600
+        profiled = await haki.replay(stored.trace_id, overrides=ReplayOverrides(profile=RankingProfile.SEED))
+        assert profiled.settings.ranking_profile == "seed"
+        kept = await haki.replay(stored.trace_id, persist=True)
+        assert kept.persisted and (await haki.trace(kept.packet.trace_id)) is not None
+        with pytest.raises(NotFoundError):
+            await haki.replay(str(uuid.uuid4()))
+        with pytest.raises(InvalidInputError):
+            await haki.context(subject, QUESTION, as_of=datetime(2999, 1, 1, tzinfo=UTC))
 
 
 def test_the_key_picks_the_project_and_a_bad_key_is_unauthenticated(live_server: LiveServer, subject: str) -> None:

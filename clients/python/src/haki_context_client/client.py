@@ -34,6 +34,8 @@ from .types import (
     FactStatus,
     ForgetResult,
     ItemKind,
+    Replay,
+    ReplayOverrides,
     Stats,
     Trace,
     TracePage,
@@ -67,6 +69,12 @@ def _as_event_input(event: EventInput | Mapping[str, Any]) -> EventInput:
 
 def _as_fact_input(fact: FactInput | Mapping[str, Any]) -> FactInput:
     return fact if isinstance(fact, FactInput) else FactInput.model_validate(dict(fact))
+
+
+def _as_overrides(overrides: ReplayOverrides | Mapping[str, Any] | None) -> ReplayOverrides | UnsetType:
+    if overrides is None:
+        return UNSET
+    return overrides if isinstance(overrides, ReplayOverrides) else ReplayOverrides.model_validate(dict(overrides))
 
 
 def _fact_input(
@@ -147,9 +155,28 @@ class HakiClient:
 
     # ------------------------------------------------------------------ reads
 
-    async def context(self, subject_id: str, query: str, *, budget: int | None = None) -> ContextPacket:
-        """The context packet for one subject: what to put in the prompt before a model call."""
-        return (await self.operations.context(subject_id, query, _given(budget))).context
+    async def context(
+        self, subject_id: str, query: str, *, budget: int | None = None, as_of: datetime | None = None
+    ) -> ContextPacket:
+        """The context packet for one subject: what to put in the prompt before a model call.
+        With `as_of` (a past instant, timezone-aware), the packet as the memory stood then."""
+        return (await self.operations.context(subject_id, query, _given(budget), _given(as_of))).context
+
+    async def replay(
+        self,
+        trace_id: str,
+        *,
+        overrides: ReplayOverrides | Mapping[str, Any] | None = None,
+        compare_with_now: bool = False,
+        persist: bool = False,
+    ) -> Replay:
+        """A stored context call asked again at its own instant under the settings it ran under
+        (or `overrides`: budget, profile, settings, current_settings), or with `compare_with_now`
+        against the memory as it stands now; the new packet and the diff against the stored
+        decisions. A trace is written only with `persist`. NotFoundError for a trace unknown,
+        pruned or forgotten."""
+        result = await self.operations.replay(trace_id, persist, compare_with_now, _as_overrides(overrides))
+        return result.replay
 
     async def trace(
         self, trace_id: str, *, decision: Decision | None = None, item_kind: ItemKind | None = None
@@ -323,9 +350,27 @@ class HakiClientSync:
 
     # ------------------------------------------------------------------ reads
 
-    def context(self, subject_id: str, query: str, *, budget: int | None = None) -> ContextPacket:
-        """The context packet for one subject: what to put in the prompt before a model call."""
-        return self.operations.context(subject_id, query, _given(budget)).context
+    def context(
+        self, subject_id: str, query: str, *, budget: int | None = None, as_of: datetime | None = None
+    ) -> ContextPacket:
+        """The context packet for one subject: what to put in the prompt before a model call.
+        With `as_of` (a past instant, timezone-aware), the packet as the memory stood then."""
+        return self.operations.context(subject_id, query, _given(budget), _given(as_of)).context
+
+    def replay(
+        self,
+        trace_id: str,
+        *,
+        overrides: ReplayOverrides | Mapping[str, Any] | None = None,
+        compare_with_now: bool = False,
+        persist: bool = False,
+    ) -> Replay:
+        """A stored context call asked again at its own instant under the settings it ran under
+        (or `overrides`: budget, profile, settings, current_settings), or with `compare_with_now`
+        against the memory as it stands now; the new packet and the diff against the stored
+        decisions. A trace is written only with `persist`. NotFoundError for a trace unknown,
+        pruned or forgotten."""
+        return self.operations.replay(trace_id, persist, compare_with_now, _as_overrides(overrides)).replay
 
     def trace(
         self, trace_id: str, *, decision: Decision | None = None, item_kind: ItemKind | None = None

@@ -19,7 +19,9 @@ from ._generated.enums import (
     FactStatus,
     ItemKind,
     PacketStatus,
+    RankingProfile,
     ReasonCode,
+    ReplayChangeKind,
     Volatility,
 )
 from ._generated.events import EventsEvents
@@ -29,12 +31,14 @@ from ._generated.fragments import (
     EventFields,
     FactFields,
     PageInfoFields,
+    ReplayDecisionFields,
     TraceSummaryFields,
     TraceSummaryFieldsCounts,
     TraceSummaryFieldsTimings,
 )
 from ._generated.get_trace import GetTraceTrace, GetTraceTraceDecisions
-from ._generated.input_types import EventInput, FactInput
+from ._generated.input_types import EventInput, FactInput, ReplayOverrides
+from ._generated.replay import ReplayReplay, ReplayReplayDiff, ReplayReplayDiffChanges
 from ._generated.stats import StatsStats
 from ._generated.traces import TracesTraces
 
@@ -71,6 +75,17 @@ ForgetResult = ForgetSubjectForgetSubject
 """What `forget_subject` deleted, by kind, and the id of its audit record."""
 Stats = StatsStats
 """The project's usage overview."""
+Replay = ReplayReplay
+"""What `replay` returns: `as_of`, `compared_with_now`, `notes`, the `settings` it ran under, the
+new `packet`, the `original` trace, and the `diff` against the stored decisions."""
+ReplayDiff = ReplayReplayDiff
+"""How a replay's decisions differ: `identical`, the counts (`added`, `removed`, `moved`,
+`score_changed`, `decision_changed`) and every `changes` item."""
+ReplayChange = ReplayReplayDiffChanges
+"""One item decided otherwise: `kinds`, `before` and `after`, `rank_delta`, `components_changed`,
+and `why` (compared with now: superseded or retracted since, recorded after the call...)."""
+ReplayDecision = ReplayDecisionFields
+"""A decision of a replay's change, with the fact's predicate and value."""
 
 __all__ = [
     "AssertMode",
@@ -94,7 +109,14 @@ __all__ = [
     "PacketFact",
     "PacketStatus",
     "PageInfo",
+    "RankingProfile",
     "ReasonCode",
+    "Replay",
+    "ReplayChange",
+    "ReplayChangeKind",
+    "ReplayDecision",
+    "ReplayDiff",
+    "ReplayOverrides",
     "Stats",
     "Trace",
     "TraceCounts",

@@ -53,6 +53,8 @@ from .fragments import (
     FactFields,
     FactFieldsSupersededBy,
     PageInfoFields,
+    ReplayDecisionFields,
+    ReplayDecisionFieldsFact,
     TraceSummaryFields,
     TraceSummaryFieldsCounts,
     TraceSummaryFieldsTimings,
@@ -69,6 +71,19 @@ from .get_trace import (
 from .input_types import EventInput, FactInput, ReplayOverrides
 from .record_event import RecordEvent, RecordEventRecordEvent
 from .record_events import RecordEvents, RecordEventsRecordEvents
+from .replay import (
+    Replay,
+    ReplayReplay,
+    ReplayReplayDiff,
+    ReplayReplayDiffChanges,
+    ReplayReplayDiffChangesAfter,
+    ReplayReplayDiffChangesBefore,
+    ReplayReplayOriginal,
+    ReplayReplayPacket,
+    ReplayReplayPacketEpisodes,
+    ReplayReplayPacketFacts,
+    ReplayReplaySettings,
+)
 from .retract_fact import RetractFact, RetractFactRetractFact
 from .stats import Stats, StatsStats, StatsStatsReasonCodes
 from .traces import (
@@ -134,8 +149,21 @@ __all__ = [
     "RecordEventRecordEvent",
     "RecordEvents",
     "RecordEventsRecordEvents",
+    "Replay",
     "ReplayChangeKind",
+    "ReplayDecisionFields",
+    "ReplayDecisionFieldsFact",
     "ReplayOverrides",
+    "ReplayReplay",
+    "ReplayReplayDiff",
+    "ReplayReplayDiffChanges",
+    "ReplayReplayDiffChangesAfter",
+    "ReplayReplayDiffChangesBefore",
+    "ReplayReplayOriginal",
+    "ReplayReplayPacket",
+    "ReplayReplayPacketEpisodes",
+    "ReplayReplayPacketFacts",
+    "ReplayReplaySettings",
     "RetractFact",
     "RetractFactRetractFact",
     "Stats",

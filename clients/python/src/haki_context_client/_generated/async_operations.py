@@ -15,9 +15,10 @@ from .forget_subject import ForgetSubject
 from .get_event import GetEvent
 from .get_fact import GetFact
 from .get_trace import GetTrace
-from .input_types import EventInput, FactInput
+from .input_types import EventInput, FactInput, ReplayOverrides
 from .record_event import RecordEvent
 from .record_events import RecordEvents
+from .replay import Replay
 from .retract_fact import RetractFact
 from .stats import Stats
 from .traces import Traces
@@ -33,11 +34,12 @@ class AsyncOperations(AsyncBaseClient):
         subject_id: str,
         query: str,
         budget: Union[Optional[int], UnsetType] = UNSET,
+        as_of: Union[Optional[datetime], UnsetType] = UNSET,
         **kwargs: Any,
     ) -> Context:
         _query = gql("""
-            query Context($subjectId: String!, $query: String!, $budget: Int) {
-              context(subjectId: $subjectId, query: $query, budget: $budget) {
+            query Context($subjectId: String!, $query: String!, $budget: Int, $asOf: DateTime) {
+              context(subjectId: $subjectId, query: $query, budget: $budget, asOf: $asOf) {
                 traceId
                 rendered
                 status
@@ -74,12 +76,114 @@ class AsyncOperations(AsyncBaseClient):
             "subjectId": subject_id,
             "query": query,
             "budget": budget,
+            "asOf": as_of,
         }
         response = await self.execute(
             query=_query, operation_name="Context", variables=variables, **kwargs
         )
         data = self.get_data(response)
         return Context.model_validate(data)
+
+    async def replay(
+        self,
+        trace_id: str,
+        persist: bool,
+        compare_with_now: bool,
+        with_: Union[Optional[ReplayOverrides], UnsetType] = UNSET,
+        **kwargs: Any,
+    ) -> Replay:
+        query = gql("""
+            query Replay($traceId: ID!, $with: ReplayOverrides, $persist: Boolean! = false, $compareWithNow: Boolean! = false) {
+              replay(
+                traceId: $traceId
+                with: $with
+                persist: $persist
+                compareWithNow: $compareWithNow
+              ) {
+                asOf
+                comparedWithNow
+                persisted
+                notes
+                settings {
+                  id
+                  rankingProfile
+                  values
+                  embedderName
+                  embedderSpace
+                }
+                packet {
+                  traceId
+                  rendered
+                  status
+                  usedTokens
+                  budgetTokens
+                  facts {
+                    id
+                    predicate
+                    value
+                    reasonCode
+                  }
+                  episodes {
+                    eventId
+                    chunk
+                    excerpt
+                  }
+                }
+                original {
+                  id
+                  subjectId
+                  query
+                  createdAt
+                  asOf
+                }
+                diff {
+                  identical
+                  added
+                  removed
+                  moved
+                  scoreChanged
+                  decisionChanged
+                  changes {
+                    itemKind
+                    itemId
+                    chunk
+                    kinds
+                    rankDelta
+                    componentsChanged
+                    why
+                    before {
+                      ...ReplayDecisionFields
+                    }
+                    after {
+                      ...ReplayDecisionFields
+                    }
+                  }
+                }
+              }
+            }
+
+            fragment ReplayDecisionFields on TraceDecision {
+              decision
+              reasonCode
+              rank
+              score
+              fact {
+                predicate
+                value
+              }
+            }
+            """)
+        variables: dict[str, object] = {
+            "traceId": trace_id,
+            "with": with_,
+            "persist": persist,
+            "compareWithNow": compare_with_now,
+        }
+        response = await self.execute(
+            query=query, operation_name="Replay", variables=variables, **kwargs
+        )
+        data = self.get_data(response)
+        return Replay.model_validate(data)
 
     async def get_trace(
         self,

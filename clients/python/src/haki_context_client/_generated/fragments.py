@@ -7,7 +7,14 @@ from typing import Any, Optional
 from pydantic import Field
 
 from .base_model import BaseModel
-from .enums import EmptyReason, FactStatus, PacketStatus, Volatility
+from .enums import (
+    Decision,
+    EmptyReason,
+    FactStatus,
+    PacketStatus,
+    ReasonCode,
+    Volatility,
+)
 
 
 class EventFields(BaseModel):
@@ -46,6 +53,19 @@ class PageInfoFields(BaseModel):
     end_cursor: Optional[str] = Field(alias="endCursor")
 
 
+class ReplayDecisionFields(BaseModel):
+    decision: Decision
+    reason_code: ReasonCode = Field(alias="reasonCode")
+    rank: Optional[int]
+    score: Optional[float]
+    fact: Optional["ReplayDecisionFieldsFact"]
+
+
+class ReplayDecisionFieldsFact(BaseModel):
+    predicate: str
+    value: Any
+
+
 class TraceSummaryFields(BaseModel):
     id: str
     subject_id: str = Field(alias="subjectId")
@@ -77,4 +97,5 @@ class TraceSummaryFieldsTimings(BaseModel):
 EventFields.model_rebuild()
 FactFields.model_rebuild()
 PageInfoFields.model_rebuild()
+ReplayDecisionFields.model_rebuild()
 TraceSummaryFields.model_rebuild()
