@@ -530,6 +530,114 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
         page.check_clean()
 
 
+REPLAY = """query($id: ID!, $with: ReplayOverrides, $now: Boolean!) {
+  replay(traceId: $id, with: $with, compareWithNow: $now) {
+    diff { identical added removed moved scoreChanged decisionChanged
+           changes { itemId kinds why after { reasonCode } } }
+  }
+}"""
+
+
+def replay(base: str, trace_id: str, overrides: dict[str, Any] | None = None, now: bool = False) -> dict[str, Any]:
+    diff: dict[str, Any] = gql(base, REPLAY, {"id": trace_id, "with": overrides, "now": now})["replay"]["diff"]
+    return diff
+
+
+def summary_of(diff: dict[str, Any]) -> str:
+    """The replay's summary line as the page words it."""
+    if diff["identical"]:
+        return "Identical: every candidate was decided as the stored call decided it."
+    counts = (
+        (diff["added"], "added"),
+        (diff["removed"], "removed"),
+        (diff["moved"], "moved"),
+        (diff["scoreChanged"], "rescored"),
+        (diff["decisionChanged"], "decision changed"),
+    )
+    return " · ".join(f"{n} {label}" for n, label in counts)
+
+
+async def test_replay_and_compare_with_now_show_what_changed_in_the_trace_view(
+    chromium: str, server: str, tmp_path: Path
+) -> None:
+    subject = new_subject("replay")
+    record_events(server, subject, ["Ann moved to Lisbon last spring with her dog Rex."])
+    city, pet, employer, _ = assert_facts(
+        server,
+        subject,
+        [
+            {"predicate": "home_city", "value": "Lisbon"},
+            {"predicate": "pet", "value": "a dog named Rex"},
+            {"predicate": "employer", "value": "Acme"},
+            {"predicate": "invoice_language", "value": "French"},
+        ],
+    )
+    stored = context(server, subject, "Where does Ann live, with her dog, and who employs her?", budget=2000)
+    # Since the call: the city is superseded, the pet retracted, the employer contested.
+    new_city = assert_fact(server, subject, "home_city", "Porto")["fact"]["id"]
+    gql(server, "mutation($id: ID!) { retractFact(id: $id) { id } }", {"id": pet})
+    assert assert_fact(server, subject, "employer", "Globex", mode="CONTEST")["conflict"]
+
+    async def run(page: Page, button: str, state: str) -> list[dict[str, Any]]:
+        await page.js("document.querySelector('#replay').dataset.state = ''")
+        await page.click(button)
+        await page.wait(
+            "document.querySelector('#replay').dataset.state", f"the replay ({state})", lambda v: v == state
+        )
+        rows: list[dict[str, Any]] = await page.js(
+            """Array.from(document.querySelectorAll('#replay-changes tbody tr'), r => ({
+                 item: r.dataset.item, kinds: r.dataset.kinds.split(' '),
+                 after: r.querySelector('td[data-c="after"]').innerText,
+                 why: r.querySelector('td[data-c="why"]').innerText}))"""
+        )
+        return rows
+
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/trace/{stored['traceId']}")
+        await page.wait("!!document.querySelector('#replay-form')", "the replay form")
+        assert (await page.text(".facts-line")).count("default") == 1  # the settings it ran under
+
+        # At its own instant, under its own settings: the same decisions, the same packet.
+        assert await run(page, "#replay-run", "replayed") == []
+        assert await page.text("#replay-summary") == summary_of(replay(server, stored["traceId"]))
+        assert await page.js("document.querySelector('#replay-packet').textContent") == stored["rendered"]
+
+        # With a smaller budget: what no longer fits is over budget.
+        await page.js("document.querySelector('#replay-form input[name=budget]').value = '20'")
+        small = await run(page, "#replay-run", "replayed")
+        api_small = replay(server, stored["traceId"], {"budget": 20})
+        assert await page.text("#replay-summary") == summary_of(api_small)
+        assert [r["item"] for r in small] == [c["itemId"] for c in api_small["changes"]]
+        changed = [r for r in small if "DECISION_CHANGED" in r["kinds"]]
+        assert changed and all("OVER_BUDGET" in r["after"] for r in changed), changed
+
+        # Under another ranking profile: the settings that differ are named.
+        await page.js("document.querySelector('#replay-form input[name=budget]').value = ''")
+        await page.js("document.querySelector('#replay-form select[name=profile]').value = 'SEED'")
+        await run(page, "#replay-run", "replayed")
+        assert await page.text("#replay-summary") == summary_of(replay(server, stored["traceId"], {"profile": "SEED"}))
+        assert (await page.text("#replay-settings")).startswith("Settings changed: "), await page.text("#replay")
+        await page.js("document.querySelector('#replay-form select[name=profile]').value = ''")
+
+        # Of the memory now: superseded, retracted, recorded since, and held in a conflict.
+        now = {r["item"]: r for r in await run(page, "#replay-now", "now")}
+        api_now = replay(server, stored["traceId"], now=True)
+        assert set(now) == {c["itemId"] for c in api_now["changes"]}
+        assert now[city]["kinds"] == ["REMOVED"] and now[city]["why"].startswith("superseded ")
+        assert new_city in now[city]["why"]
+        assert now[pet]["kinds"] == ["REMOVED"] and now[pet]["why"].startswith("retracted ")
+        assert now[new_city]["kinds"] == ["ADDED"] and "after the call" in now[new_city]["why"]
+        assert "DECISION_CHANGED" in now[employer]["kinds"] and "CONFLICT_OPEN" in now[employer]["after"]
+        assert now[employer]["why"].startswith("held in the open conflict set")
+        await page.screenshot("dashboard-replay", height=900)
+
+        # Once the subject is forgotten, the trace is gone with it, and the page says so.
+        gql(server, "mutation($s: String!) { forgetSubject(subjectId: $s) { erasureId } }", {"s": subject})
+        await run(page, "#replay-run", "failed")
+        assert (await page.text("#replay-error")).startswith("NOT_FOUND: "), await page.text("#replay-error")
+        page.check_clean()
+
+
 async def test_resolving_a_conflict_in_the_subject_view_changes_the_next_context_call(
     chromium: str, server: str, tmp_path: Path
 ) -> None:

@@ -233,16 +233,37 @@
 
   const SOURCE = `id kind occurredAt excerpt`;
 
+  // What a decision row shows of its item: the fact or the event, with its sources.
+  const DECIDED_ITEM = `fact { id predicate value status volatility validFrom validTo recordedAt lastReinforcedAt
+        sourceEvents { ${SOURCE} } }
+      event { ${SOURCE} }`;
+
   const TRACE = `query DashboardTrace($id: ID!) {
     trace(id: $id) {
-      id subjectId query budgetTokens usedTokens status emptyReason warnings createdAt
+      id subjectId query budgetTokens usedTokens status emptyReason warnings createdAt asOf
+      settings { id rankingProfile values }
       counts { included excluded blocked }
       timings { embedMs retrieveMs packMs persistMs totalMs }
       decisions {
         itemKind itemId chunk decision reasonCode rank score similarity fullText recency distance tokens viaEntity
-        fact { id predicate value status volatility validFrom validTo recordedAt lastReinforcedAt
-               sourceEvents { ${SOURCE} } }
-        event { ${SOURCE} }
+        ${DECIDED_ITEM}
+      }
+    }
+  }`;
+
+  // The stored call asked again, at its own instant or of the memory now, with the diff.
+  const REPLAY = `query DashboardReplay($id: ID!, $with: ReplayOverrides, $now: Boolean!) {
+    replay(traceId: $id, with: $with, compareWithNow: $now) {
+      asOf comparedWithNow notes
+      settings { id rankingProfile values }
+      packet { rendered usedTokens budgetTokens status }
+      diff {
+        identical added removed moved scoreChanged decisionChanged
+        changes {
+          itemKind itemId chunk kinds rankDelta componentsChanged why
+          before { decision reasonCode rank score similarity fullText recency distance tokens viaEntity ${DECIDED_ITEM} }
+          after { decision reasonCode rank score similarity fullText recency distance tokens viaEntity ${DECIDED_ITEM} }
+        }
       }
     }
   }`;
@@ -777,6 +798,159 @@
     return sets;
   }
 
+  // ---------------------------------------------------------------- a replay of the trace
+
+  const CHANGE_LABELS = {
+    ADDED: "added",
+    REMOVED: "removed",
+    MOVED: "moved",
+    SCORE_CHANGED: "rescored",
+    DECISION_CHANGED: "decision changed",
+  };
+
+  // The overrides a replay may take: another budget, another ranking profile, or the server's
+  // current settings; left empty, the call runs under the settings it ran under.
+  function replayForm(trace) {
+    const recorded = trace.settings ? trace.settings.rankingProfile : "not recorded";
+    return `<form class="filters replay-form" id="replay-form">
+        <label>Budget <input type="number" name="budget" min="1" step="1" placeholder="${trace.budgetTokens}"></label>
+        <label>Profile <select name="profile">
+          <option value="">as recorded (${esc(recorded)})</option>
+          <option value="DEFAULT">default</option>
+          <option value="SEED">seed</option>
+        </select></label>
+        <label><input type="checkbox" name="current"> the server's current settings</label>
+        <button type="submit" id="replay-run" title="Ask the same question at the call's own instant, from the memory as it stood then">Replay</button>
+        <button type="button" id="replay-now" title="Ask the same question of the memory as it stands now">Compare with now</button>
+      </form>
+      <div id="replay" class="replay"></div>`;
+  }
+
+  function replayOverrides(form) {
+    const overrides = {};
+    const budget = form.elements.budget.value.trim();
+    if (budget) overrides.budget = Number(budget);
+    if (form.elements.profile.value) overrides.profile = form.elements.profile.value;
+    if (form.elements.current.checked) overrides.currentSettings = true;
+    return Object.keys(overrides).length ? overrides : null;
+  }
+
+  function decisionCell(d) {
+    if (!d) return '<span class="muted">not considered</span>';
+    const rank = d.rank == null ? "" : ` <span class="muted">#${d.rank}</span>`;
+    return `<span class="badge d-${d.decision.toLowerCase()}">${d.decision}</span> <span class="code">${d.reasonCode}</span>${rank}`;
+  }
+
+  // Each component that moved, from the stored value to the replay's ("none" where the item was
+  // not scored, e.g. blocked); a change too small for three places is shown as its difference.
+  function componentsText(c) {
+    if (!c.before || !c.after) return "";
+    const shown = (value) => (value == null ? "none" : num(value));
+    return c.componentsChanged
+      .map((name) => {
+        const [a, b] = [c.before[name], c.after[name]];
+        const tiny = a != null && b != null && shown(a) === shown(b);
+        const delta = tiny ? ` <span class="muted">(${b > a ? "+" : ""}${(b - a).toExponential(1)})</span>` : "";
+        return `${esc(name)} ${shown(a)} → ${shown(b)}${delta}`;
+      })
+      .join("<br>");
+  }
+
+  function changeRows(changes) {
+    return changes
+      .map((c) => {
+        const item = { ...(c.after || c.before), itemId: c.itemId, itemKind: c.itemKind, chunk: c.chunk };
+        const delta = c.rankDelta == null ? "" : `${c.rankDelta > 0 ? "+" : ""}${c.rankDelta}`;
+        return `<tr class="change" data-item="${esc(c.itemId)}" data-kinds="${esc(c.kinds.join(" "))}">
+          <td>${c.itemKind === "FACT" ? "fact" : "episode"}</td>
+          <td class="item">${itemText(item)}</td>
+          <td>${c.kinds.map((k) => `<span class="badge k-${k.toLowerCase()}">${CHANGE_LABELS[k] || esc(k)}</span>`).join(" ")}</td>
+          <td data-c="before">${decisionCell(c.before)}</td>
+          <td data-c="after">${decisionCell(c.after)}</td>
+          <td class="num" data-c="rankDelta">${delta}</td>
+          <td class="components" data-c="components">${componentsText(c)}</td>
+          <td class="detail" data-c="why">${esc(c.why || "")}</td>
+        </tr>`;
+      })
+      .join("");
+  }
+
+  // The decision settings the replay ran under that differ from the call's own.
+  function settingsChanged(r, trace) {
+    if (!trace.settings || trace.settings.id === r.settings.id) return "";
+    const before = trace.settings.values || {};
+    const after = r.settings.values || {};
+    const names = [...new Set([...Object.keys(before), ...Object.keys(after)])].sort();
+    const changed = names.filter((n) => JSON.stringify(before[n]) !== JSON.stringify(after[n]));
+    if (!changed.length) return "";
+    const rows = changed.map((n) => `<code>${esc(n)}</code> ${esc(json(before[n]))} → ${esc(json(after[n]))}`);
+    return `<p class="small" id="replay-settings">Settings changed: ${rows.join(" · ")}</p>`;
+  }
+
+  function replayResult(r, trace) {
+    const d = r.diff;
+    const where = r.comparedWithNow
+      ? `Asked of the memory as it stands now (${when(r.asOf)})`
+      : `Asked again at the call's own instant (${when(r.asOf)})`;
+    const counts = [
+      ["added", d.added],
+      ["removed", d.removed],
+      ["moved", d.moved],
+      ["rescored", d.scoreChanged],
+      ["decision changed", d.decisionChanged],
+    ];
+    const verdict = d.identical
+      ? '<span class="done">Identical</span>: every candidate was decided as the stored call decided it.'
+      : counts.map(([label, n]) => `<span class="count">${n} ${label}</span>`).join(" · ");
+    const table = d.changes.length
+      ? `<table class="grid decisions changes" id="replay-changes">
+          <thead><tr><th>Kind</th><th>Item</th><th>Change</th><th>Stored call</th><th>Replay</th>
+            <th class="num" title="The replay's rank less the stored one (negative: moved up)">Rank Δ</th>
+            <th>Components</th><th>Why</th></tr></thead>
+          <tbody>${changeRows(d.changes)}</tbody>
+        </table>`
+      : "";
+    return `<p class="replay-where">${esc(where)}, under the settings <strong>${esc(r.settings.rankingProfile)}</strong>
+        <code title="${esc(r.settings.id)}">${esc(r.settings.id.slice(0, 8))}</code>.</p>
+      ${r.notes.map((n) => `<p class="muted small replay-note">${esc(n)}</p>`).join("")}
+      ${settingsChanged(r, trace)}
+      <p id="replay-summary" class="replay-summary">${verdict}</p>
+      <p>Tokens: ${r.packet.usedTokens} / ${r.packet.budgetTokens}
+        <span class="muted">(the stored call: ${trace.usedTokens} / ${trace.budgetTokens})</span></p>
+      ${table}
+      <details><summary>The replay's packet</summary>
+        <pre class="packet" id="replay-packet">${esc(r.packet.rendered) || '<span class="muted">(nothing served)</span>'}</pre></details>`;
+  }
+
+  // Wires the form: each run asks replay() once; its result, or its error, replaces the last.
+  function setupReplay(trace, isStopped) {
+    const form = $("#replay-form");
+    const out = $("#replay");
+    const run = async (now) => {
+      const buttons = $$("button", form);
+      for (const b of buttons) b.disabled = true;
+      out.dataset.state = "running";
+      out.innerHTML = `<p class="muted">${now ? "Asking the memory as it stands now" : "Replaying the call at its own instant"}…</p>`;
+      try {
+        const data = await gql(REPLAY, { id: trace.id, with: replayOverrides(form), now });
+        if (isStopped()) return;
+        out.innerHTML = replayResult(data.replay, trace);
+        out.dataset.state = now ? "now" : "replayed";
+      } catch (err) {
+        if (isStopped()) return;
+        out.innerHTML = `<p class="warning" id="replay-error">${esc(err.code || "ERROR")}: ${esc(err.message || err)}</p>`;
+        out.dataset.state = "failed";
+      } finally {
+        for (const b of buttons) b.disabled = false;
+      }
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      run(false);
+    });
+    $("#replay-now").addEventListener("click", () => run(true));
+  }
+
   function oneTrace(id) {
     let stopped = false;
     view().innerHTML = `<section><h1>Trace</h1><p class="muted">Loading ${esc(id)}…</p></section>`;
@@ -807,8 +981,13 @@
             <div><dt>Tokens</dt><dd>${trace.usedTokens} / ${trace.budgetTokens}</dd></div>
             <div><dt>Decisions</dt><dd>${trace.counts.included} included · ${trace.counts.excluded} excluded · ${trace.counts.blocked} blocked</dd></div>
             <div><dt>Latency</dt><dd>${esc(ms(t.totalMs))} <span class="muted">(embed ${esc(ms(t.embedMs))}, retrieve ${esc(ms(t.retrieveMs))}, pack ${esc(ms(t.packMs))}, persist ${esc(ms(t.persistMs))})</span></dd></div>
+            ${trace.asOf ? `<div><dt>As of</dt><dd id="trace-as-of">${esc(when(trace.asOf))}</dd></div>` : ""}
+            <div><dt>Settings</dt><dd>${trace.settings ? `${esc(trace.settings.rankingProfile)} <code title="${esc(trace.settings.id)}">${esc(trace.settings.id.slice(0, 8))}</code>` : '<span class="muted">not recorded</span>'}</dd></div>
           </dl>
           ${trace.warnings.map((w) => `<p class="warning">${esc(w)}</p>`).join("")}
+          <h2>Replay</h2>
+          <p class="muted small">Ask the same question again: at the call's own instant, from the memory as it stood then (with the settings it ran under, or the changes below), or of the memory as it stands now. Nothing is written; the diff says what each item's decision became, and why.</p>
+          ${replayForm(trace)}
           <h2>Budget</h2>
           ${budgetBar(trace, packet.tokens)}
           <h2>Packet as served</h2>
@@ -825,6 +1004,7 @@
             <tbody>${decisionRows(trace, sets, "")}</tbody>
           </table>
         </section>`;
+      setupReplay(trace, () => stopped);
       for (const radio of $$('input[name="only"]')) {
         radio.addEventListener("change", () => {
           $("#decisions tbody").innerHTML = decisionRows(trace, sets, radio.value);
