@@ -30,7 +30,7 @@ from haki_context.core import keys as core_keys
 from haki_context.core.runtime import Runtime
 from haki_context.db import keys as db_keys
 
-TOOLS = {"get_context", "remember", "assert_fact", "retract_fact", "explain"}
+TOOLS = {"get_context", "remember", "assert_fact", "retract_fact", "explain", "replay"}
 ERASING_TOOL = "forget_subject"
 MAX_BODY_BYTES = 100_000  # the live server's HAKI_MAX_BODY_BYTES
 INITIALIZE = {
@@ -134,9 +134,67 @@ async def conversation_scenario(connect: Connect, key: str, other_key: str, mode
         assert refused.value.code == INVALID_PARAMS and refused.value.data["code"] == "NOT_FOUND"
 
 
+async def time_scenario(connect: Connect, key: str, other_key: str) -> None:
+    """get_context as_of a past instant serves the fact as it stood then; replay reproduces a
+    stored call, and compared with now says the superseded fact is gone and why. Its results fit
+    the tool's output schema; another project's key finds no trace to replay. Shared by both
+    transports."""
+    subject = f"subject-{uuid.uuid4().hex[:12]}"
+    question = {"subject": subject, "query": "Which language for invoices?"}
+    async with connect(key) as client:
+        schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        french = data(
+            await client.call_tool(
+                "assert_fact", {"subject": subject, "predicate": "invoice_language", "value": "French"}
+            )
+        )["assertFact"]["fact"]["id"]
+        stored = data(await client.call_tool("get_context", {**question, "budget": 600}))["context"]
+        then = data(await client.call_tool("explain", {"trace_id": stored["traceId"]}))["trace"]["createdAt"]
+        german = data(
+            await client.call_tool(
+                "assert_fact", {"subject": subject, "predicate": "invoice_language", "value": "German"}
+            )
+        )["assertFact"]
+        assert [f["id"] for f in german["superseded"]] == [french]
+
+        future = error(await client.call_tool("get_context", {**question, "as_of": "2999-01-01T00:00:00+00:00"}))
+        assert future["extensions"]["code"] == "INVALID_INPUT" and "future" in future["message"]
+        past = data(await client.call_tool("get_context", {**question, "as_of": then}))["context"]
+        assert [f["id"] for f in past["facts"]] == [french] and "German" not in past["rendered"]
+        now_served = data(await client.call_tool("get_context", question))["context"]
+        assert [f["id"] for f in now_served["facts"]] == [german["fact"]["id"]]
+
+        again = data(await client.call_tool("replay", {"trace_id": stored["traceId"]}))
+        jsonschema.validate(again, schemas["replay"])
+        replayed = again["replay"]
+        assert replayed["diff"]["identical"] and replayed["diff"]["changes"] == []
+        assert replayed["packet"]["rendered"] == stored["rendered"] and not replayed["comparedWithNow"]
+        assert replayed["asOf"] == then and replayed["original"]["id"] == stored["traceId"]
+
+        result = data(await client.call_tool("replay", {"trace_id": stored["traceId"], "compare_with_now": True}))
+        jsonschema.validate(result, schemas["replay"])
+        now = result["replay"]
+        assert now["comparedWithNow"] and not now["diff"]["identical"]
+        assert (now["diff"]["removed"], now["diff"]["added"]) == (1, 1)
+        changes = {c["itemId"]: c for c in now["diff"]["changes"]}
+        gone = changes[french]
+        assert gone["kinds"] == ["REMOVED"] and gone["after"] is None
+        assert gone["before"]["fact"] == {"predicate": "invoice_language", "value": "French"}
+        assert gone["why"].startswith("superseded at ") and german["fact"]["id"] in gone["why"]
+        assert changes[german["fact"]["id"]]["kinds"] == ["ADDED"]
+
+        smaller = data(await client.call_tool("replay", {"trace_id": stored["traceId"], "budget": 300}))["replay"]
+        assert smaller["packet"]["budgetTokens"] == 300 and smaller["original"]["budgetTokens"] == 600
+
+    async with connect(other_key) as other:
+        refused = error(await other.call_tool("replay", {"trace_id": stored["traceId"]}))
+        assert refused["extensions"]["code"] == "NOT_FOUND"
+
+
 async def errors_scenario(connect: Connect, key: str, graphql: GraphQLClient) -> None:
     """Bad input gets the code and message GraphQL gives the same input."""
     subject = f"subject-{uuid.uuid4().hex[:12]}"
+    unknown_trace = str(uuid.uuid4())
     cases: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         (
             "get_context",
@@ -165,6 +223,24 @@ async def errors_scenario(connect: Connect, key: str, graphql: GraphQLClient) ->
             {"fact_id": str(uuid.uuid4())},
             "mutation($id: ID!) { retractFact(id: $id) { id } }",
             {"id": None},
+        ),
+        (
+            "get_context",
+            {"subject": subject, "query": "anything", "as_of": "last Tuesday"},
+            'query($s: String!, $asOf: DateTime) { context(subjectId: $s, query: "anything", asOf: $asOf) { traceId } }',
+            {"s": subject, "asOf": "last Tuesday"},
+        ),
+        (
+            "replay",
+            {"trace_id": unknown_trace},
+            "query($id: ID!) { replay(traceId: $id) { asOf } }",
+            {"id": unknown_trace},
+        ),
+        (
+            "replay",
+            {"trace_id": unknown_trace, "budget": 0},
+            "query($id: ID!, $with: ReplayOverrides) { replay(traceId: $id, with: $with) { asOf } }",
+            {"id": unknown_trace, "with": {"budget": 0}},
         ),
     ]
     async with connect(key) as client:
@@ -253,6 +329,11 @@ async def live(runtime: Runtime, migrated: str) -> AsyncIterator[LiveServer]:
 
 async def eraser_key(rt: Runtime) -> str:
     """A key of a fresh project that may also erase."""
+    return await scoped_key(rt, "read", "write", "erase")
+
+
+async def scoped_key(rt: Runtime, *scopes: str) -> str:
+    """A key of a fresh project with these scopes only."""
     new = core_keys.generate()
     async with rt.pool.acquire() as conn:
         await db_keys.insert_key(
@@ -262,7 +343,7 @@ async def eraser_key(rt: Runtime) -> str:
             new.key_hash,
             new.prefix,
             None,
-            scopes=["read", "write", "erase"],
+            scopes=list(scopes),
         )
     return new.plain
 
@@ -311,6 +392,24 @@ async def test_bad_input_gets_graphqls_code_and_message(
         await errors_scenario(http_connect(live.url), keys[0], graphql)
     finally:
         await base.http.aclose()
+
+
+async def test_a_past_instant_serves_the_memory_as_it_stood_and_a_replay_says_what_changed_since(
+    live: LiveServer, keys: tuple[str, str]
+) -> None:
+    await time_scenario(http_connect(live.url), *keys)
+
+
+async def test_replay_and_get_context_need_a_key_allowed_to_read(live: LiveServer, runtime: Runtime) -> None:
+    writer = await scoped_key(runtime, "write")
+    async with http_connect(live.url)(writer) as client:
+        for tool, arguments in (
+            ("replay", {"trace_id": str(uuid.uuid4())}),
+            ("get_context", {"subject": "s", "query": "anything", "as_of": "2026-01-01T00:00:00+00:00"}),
+        ):
+            refused = error(await client.call_tool(tool, arguments))
+            assert refused["extensions"]["code"] == "FORBIDDEN", tool
+            assert "read" in refused["message"], tool
 
 
 async def test_forget_subject_is_offered_to_and_run_for_a_key_allowed_to_erase_only(

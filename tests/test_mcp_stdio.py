@@ -30,6 +30,7 @@ from test_mcp import (
     eraser_key,
     errors_scenario,
     forget_scenario,
+    time_scenario,
     tool_schemas_scenario,
 )
 
@@ -108,6 +109,12 @@ async def test_over_stdio_a_conversation_and_a_fact_come_back_explained_and_only
     servers: Servers, keys: tuple[str, str], mode: str
 ) -> None:
     await conversation_scenario(servers.connect(mode), *keys, mode)
+
+
+async def test_over_stdio_a_past_instant_serves_the_memory_as_it_stood_and_a_replay_says_what_changed(
+    servers: Servers, keys: tuple[str, str]
+) -> None:
+    await time_scenario(servers.connect(), *keys)
 
 
 async def test_over_stdio_the_tools_and_their_errors_are_graphqls(

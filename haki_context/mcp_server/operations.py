@@ -21,8 +21,8 @@ class Operation:
 GET_CONTEXT = Operation(
     "GetContext",
     """
-query GetContext($subject: String!, $query: String!, $budget: Int) {
-  context(subjectId: $subject, query: $query, budget: $budget) {
+query GetContext($subject: String!, $query: String!, $budget: Int, $asOf: DateTime) {
+  context(subjectId: $subject, query: $query, budget: $budget, asOf: $asOf) {
     traceId
     rendered
     budgetTokens
@@ -111,6 +111,42 @@ query Explain($id: ID!) {
       viaEntity
       fact { predicate value }
       event { kind excerpt }
+    }
+  }
+}
+""",
+)
+
+# A replay's changes name each decision with its fact, so a model reads what changed without a
+# second call; the packet's traceId is left out (a replay through MCP writes no trace).
+REPLAY = Operation(
+    "Replay",
+    """
+query Replay($traceId: ID!, $with: ReplayOverrides, $now: Boolean!) {
+  replay(traceId: $traceId, with: $with, compareWithNow: $now) {
+    asOf
+    comparedWithNow
+    notes
+    original { id subjectId query budgetTokens createdAt asOf }
+    packet { rendered budgetTokens usedTokens status }
+    diff {
+      identical
+      added
+      removed
+      moved
+      scoreChanged
+      decisionChanged
+      changes {
+        itemKind
+        itemId
+        chunk
+        kinds
+        rankDelta
+        componentsChanged
+        why
+        before { decision reasonCode rank score fact { predicate value } event { kind excerpt } }
+        after { decision reasonCode rank score fact { predicate value } event { kind excerpt } }
+      }
     }
   }
 }

@@ -41,6 +41,7 @@ from .operations import (
     FORGET_SUBJECT,
     GET_CONTEXT,
     REMEMBER,
+    REPLAY,
     RETRACT_FACT,
     Operation,
 )
@@ -55,7 +56,8 @@ facts and dated conversation excerpts worth knowing, packed under a token budget
 with its id and validity. After an exchange worth keeping, call remember with its messages; \
 when you learn something durable (a preference, a decision, an attribute), call assert_fact. \
 If a fact you were given is wrong, retract_fact it or assert_fact the correction. explain \
-shows why a get_context call served what it served."""
+shows why a get_context call served what it served; replay asks a past get_context call again \
+(as the memory stood then, or as it stands now) and says what changed."""
 
 # Where the memory's data is named as resources.
 FACTS_URI = "haki://subjects/{subject}/facts"
@@ -138,6 +140,16 @@ class MemoryTools:
                 "4 characters). Default: 900."
             ),
         ] = None,
+        as_of: Annotated[
+            str | None,
+            Field(
+                description="Answer as the memory stood at this past instant, ISO-8601 with an offset, e.g. "
+                "2026-08-01T10:00:00+00:00: only facts recorded by then and not yet superseded or retracted "
+                "then, and events recorded by then. Default: now. Not in the future, nor before the "
+                "project's first record.",
+                json_schema_extra=DATE_TIME,
+            ),
+        ] = None,
     ) -> CallToolResult:
         """Recall what the memory holds about a subject that is relevant to a query. Call it before
         answering anything about the subject. Returns `rendered`, a text block ready to put in your
@@ -145,8 +157,10 @@ class MemoryTools:
         `facts` lists each fact served with its `id`, `validFrom`/`validTo` and score, so you can
         cite a fact or correct it (retract_fact, assert_fact); `episodes` the excerpts, with their
         dates. `traceId` names the record of this call: pass it to explain to see why each item
-        was served or left out. An empty `rendered` means nothing relevant is known."""
-        return await self._run(GET_CONTEXT, {"subject": subject, "query": query, "budget": budget}, ctx)
+        was served or left out. An empty `rendered` means nothing relevant is known. With `as_of`, the
+        packet as it would have been at that past instant (what an agent was given then)."""
+        variables = {"subject": subject, "query": query, "budget": budget, "asOf": as_of}
+        return await self._run(GET_CONTEXT, variables, ctx)
 
     async def remember(
         self,
@@ -266,6 +280,34 @@ class MemoryTools:
         components (similarity, full-text rank, recency). `trace` is null for an unknown id."""
         return await self._run(EXPLAIN, {"id": trace_id}, ctx)
 
+    async def replay(
+        self,
+        trace_id: Annotated[str, Field(description="The traceId a get_context call returned.")],
+        ctx: Context[Any, Any],
+        compare_with_now: Annotated[
+            bool,
+            Field(
+                description="Ask the memory as it stands now instead of as it stood at the call's instant, "
+                "and say why each item changed. Default: false."
+            ),
+        ] = False,
+        budget: Annotated[
+            int | None,
+            Field(description="Another token budget for the replay. Default: the call's own."),
+        ] = None,
+    ) -> CallToolResult:
+        """Ask a past get_context call again and say what differs, to debug what an agent was given.
+        By default it runs at the call's own instant under the settings it ran under, and reproduces
+        its decisions (`diff.identical`); with `compare_with_now` it asks the memory as it stands
+        now. Returns the new `packet` (`rendered`), the `original` call, and `diff`: the counts
+        (`added`, `removed`, `moved`, `scoreChanged`, `decisionChanged`) and each changed item
+        with its `kinds` (ADDED, REMOVED, MOVED, SCORE_CHANGED, DECISION_CHANGED), its decision
+        `before` and `after` (with the fact or event), and `why` (e.g. superseded or retracted
+        since, recorded after the call, held in a conflict set now). Writes nothing. NOT_FOUND for
+        a trace unknown, pruned or of a forgotten subject."""
+        overrides = None if budget is None else {"budget": budget}
+        return await self._run(REPLAY, {"traceId": trace_id, "with": overrides, "now": compare_with_now}, ctx)
+
     async def forget_subject(self, subject: Subject, ctx: Context[Any, Any]) -> CallToolResult:
         """Erase everything the memory holds about a subject, for good: its events, facts,
         conflicts and context traces. Only when the person asks to be forgotten (a right to
@@ -294,6 +336,12 @@ class MemoryTools:
                 self.explain,
                 EXPLAIN,
                 "Explain a context call",
+                ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+            ),
+            (
+                self.replay,
+                REPLAY,
+                "Replay a context call",
                 ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
             ),
             (
