@@ -111,6 +111,11 @@ REFUSED_BEFORE_EXECUTION = [
     pytest.param(
         {"query": "query A { __typename }", "operationName": "B"}, "GRAPHQL_VALIDATION_FAILED", id="unknown-operation"
     ),
+    pytest.param(
+        {"query": "query A { __typename } mutation B { __typename }"},
+        "GRAPHQL_VALIDATION_FAILED",
+        id="several-operations-none-named",
+    ),
     pytest.param({"query": " ".join(["{ __typename }"] * 700)}, "QUERY_TOO_COMPLEX", id="too-many-tokens"),
 ]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 
-from graphql import DocumentNode, GraphQLSyntaxError, parse
+from graphql import DocumentNode, GraphQLError, GraphQLSyntaxError, OperationDefinitionNode, parse
 from strawberry.extensions import SchemaExtension
 
 from .errors import RequestErrorCode, coded
@@ -34,9 +34,22 @@ def _cached_parser(maxsize: int) -> Callable[[str, int], DocumentNode]:
     return functools.lru_cache(maxsize=maxsize)(parse_document)
 
 
+def check_operation_chosen(document: DocumentNode, operation_name: str | None) -> None:
+    """A document of several operations needs `operationName` to say which one runs
+    (GraphQL spec, GetOperation): GRAPHQL_VALIDATION_FAILED, rather than running the first."""
+    if operation_name is not None:
+        return
+    operations = sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
+    if operations > 1:
+        raise coded(
+            GraphQLError("Must provide operationName when the document holds several operations."),
+            RequestErrorCode.VALIDATION_FAILED,
+        )
+
+
 class Parsing(SchemaExtension):
     """Parses each distinct document once (agents send the same few over and over), counting its
-    tokens first."""
+    tokens first, and refuses a document of several operations that names none."""
 
     def __init__(self, *, max_tokens: int, cache_size: int = 256) -> None:
         super().__init__()
@@ -46,7 +59,11 @@ class Parsing(SchemaExtension):
     def on_parse(self) -> Iterator[None]:
         execution_context = self.execution_context
         assert execution_context.query is not None  # Strawberry refuses a missing query before parsing
-        execution_context.graphql_document = self._parse(execution_context.query, self._max_tokens)
+        document = self._parse(execution_context.query, self._max_tokens)
+        # Strawberry's `operation_name` falls back to the first operation's; the name the request
+        # gave is only in its private field.
+        check_operation_chosen(document, getattr(execution_context, "_provided_operation_name", None))
+        execution_context.graphql_document = document
         yield
 
 
