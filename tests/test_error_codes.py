@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import asyncpg
 import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import with_settings
@@ -114,3 +115,16 @@ async def test_a_coded_error_keeps_its_code_when_its_document_is_sent_again(clie
     query = "query($id: ID!) { __typename }"
     for _ in range(3):  # the later answers come from the parse and validation caches
         assert await code_of(client, query, {"id": "x"}) == "GRAPHQL_VALIDATION_FAILED"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), asyncpg.exceptions.SerializationError("x")],
+    ids=["deadlock", "serialization"],
+)
+def test_a_write_rolled_back_by_a_concurrent_one_is_unavailable_to_be_retried(exc: Exception) -> None:
+    formatted = format_error(
+        GraphQLError("deadlock detected DETAIL: Process 7 waits for ShareLock", original_error=exc)
+    )
+    assert formatted["extensions"]["code"] == "UNAVAILABLE"
+    assert formatted["message"].endswith("retry it") and "Process" not in formatted["message"]

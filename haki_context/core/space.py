@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+from typing import Any
+
 import asyncpg
 
 from ..db import meta
@@ -10,6 +15,19 @@ from .progress import Progress
 
 # The tables holding vectors, re-embedded in this order (constants: never user text in SQL).
 _TABLES = ("facts", "episode_chunks")
+
+
+# A batch that gave way to a request's write is tried again after a pause that doubles up to
+# _RETRY_MAX_S; after _GIVE_UP_S of giving way, the command stops (it can be run again).
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 2.0
+_GIVE_UP_S = 300.0
+
+log = logging.getLogger(__name__)
+
+
+class ReembedBlocked(RuntimeError):
+    """A batch of re-embedding kept giving way to concurrent writes of the same rows."""
 
 
 class EmbedderMismatch(RuntimeError):
@@ -52,8 +70,7 @@ async def reembed(pool: asyncpg.Pool, embedder: Embedder, *, batch_size: int = 2
                     break
                 vectors = await embedder.embed_many([r["text"] for r in rows])
                 keys = [tuple(r)[:-1] for r in rows]
-                async with pool.acquire() as conn, conn.transaction():
-                    await meta.update_embeddings(conn, table, [(*k, v) for k, v in zip(keys, vectors)])
+                await _write_batch(pool, table, [(*k, v) for k, v in zip(keys, vectors)])
                 after = keys[-1]
                 done += len(rows)
                 progress.update(len(rows))
@@ -61,3 +78,21 @@ async def reembed(pool: asyncpg.Pool, embedder: Embedder, *, batch_size: int = 2
     async with pool.acquire() as conn:
         await meta.record_embedding_space(conn, embedder.space)
     return counts
+
+
+async def _write_batch(pool: asyncpg.Pool, table: str, rows: list[tuple[Any, ...]]) -> None:
+    """Write one batch, giving way to requests: a forget or a write holding the same rows goes
+    first, and the batch is written again after it (a row deleted meanwhile is skipped)."""
+    pause, started = _RETRY_FIRST_S, time.monotonic()
+    while True:
+        async with pool.acquire() as conn:
+            if await meta.update_embeddings(conn, table, rows):
+                return
+        if time.monotonic() - started > _GIVE_UP_S:
+            raise ReembedBlocked(
+                f"re-embedding {table} gave way to concurrent writes of the same rows for {_GIVE_UP_S:.0f} s; "
+                "run `haki-context reembed` again when the database is quieter"
+            )
+        log.info("reembed: a batch of %s gave way to a concurrent write; trying it again", table)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _RETRY_MAX_S)

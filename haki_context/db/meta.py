@@ -59,11 +59,27 @@ async def text_batch(
     )
 
 
-async def update_embeddings(conn: asyncpg.Connection, table: str, rows: list[tuple[Any, ...]]) -> None:
-    """Write new embeddings: rows are (key..., vector)."""
-    if table == "facts":
-        await conn.executemany("UPDATE facts SET embedding = $3 WHERE project_id = $1 AND id = $2", rows)
-    else:
-        await conn.executemany(
-            "UPDATE episode_chunks SET embedding = $4 WHERE project_id = $1 AND event_id = $2 AND chunk = $3", rows
-        )
+# How long a batch of re-embedding waits for a row another transaction holds before it gives way:
+# well under PostgreSQL's deadlock_timeout (1 s), so where a batch and a request's write wait on
+# each other (a forget deleting rows the batch updates), the batch is the one rolled back.
+_YIELD_AFTER = "100ms"
+
+
+async def update_embeddings(conn: asyncpg.Connection, table: str, rows: list[tuple[Any, ...]]) -> bool:
+    """Write new embeddings, rows (key..., vector) in key order, in one transaction of their own.
+
+    False when the batch gave way to another transaction's row locks (waited past _YIELD_AFTER,
+    or chosen as a deadlock's victim): nothing of it was written, and it may be tried again."""
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL lock_timeout = '{_YIELD_AFTER}'")
+            if table == "facts":
+                await conn.executemany("UPDATE facts SET embedding = $3 WHERE project_id = $1 AND id = $2", rows)
+            else:
+                await conn.executemany(
+                    "UPDATE episode_chunks SET embedding = $4 WHERE project_id = $1 AND event_id = $2 AND chunk = $3",
+                    rows,
+                )
+    except (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.DeadlockDetectedError):
+        return False
+    return True

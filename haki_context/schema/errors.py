@@ -48,8 +48,9 @@ def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
     """(the expected failure behind `exc`, whether our code raised it).
 
     Follows `original_error` first (GraphQL wraps resolver and coercion errors),
-    then `__cause__` / `__context__`. asyncpg's timeouts and lost connections are
-    mapped to TIMEOUT and UNAVAILABLE; their text (which may hold SQL) is not ours.
+    then `__cause__` / `__context__`. asyncpg's timeouts are mapped to TIMEOUT; lost
+    connections and transactions rolled back by a concurrent one (nothing of them written)
+    to UNAVAILABLE, to be retried; their text (which may hold SQL) is not ours.
     """
     for _ in range(8):
         if exc is None:
@@ -58,6 +59,8 @@ def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
             return exc, True
         if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
             return Timeout("the statement took longer than HAKI_STATEMENT_TIMEOUT_MS"), False
+        if isinstance(exc, asyncpg.exceptions.TransactionRollbackError):  # a deadlock's victim, a serialization failure
+            return Unavailable("a concurrent write of the same rows rolled this one back whole; retry it"), False
         if isinstance(exc, _SHUTDOWN_ERRORS) or (
             isinstance(exc, _CONNECTION_ERRORS) and not isinstance(exc, asyncpg.PostgresError)
         ):
