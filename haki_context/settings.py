@@ -108,6 +108,7 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
         "packing": Packing.SECTIONS,
         "date_boost": 0.0,
         "neighbour_weight": 0.0,
+        "skip_cited_turns": False,
     },
 }
 
@@ -212,6 +213,8 @@ class Settings(BaseSettings):
     """Added to a turn's score when the query names its speaker (0: off)."""
     packing: Packing = Packing.MERGED
     """How facts and episodes share the budget: merged (one ranking) or sections (facts first)."""
+    skip_cited_turns: bool = True
+    """Leave out a conversation turn a served fact cites as its source (CITED_BY_FACT): the fact says it, so the budget goes to other memory."""
     date_boost: float = 0.3
     """Added to a fact's or turn's score when it is dated in the month or day the query names (0: off)."""
     neighbour_weight: float = 0.25

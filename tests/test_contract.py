@@ -14,8 +14,10 @@ from haki_context.schema import export_sdl
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT.parent / "shared" / "contract" / "schema.graphql"
 
-# Additions the contract allows; anything else that graphql-core calls dangerous fails.
-ALLOWED_DANGEROUS = {DangerousChangeType.OPTIONAL_ARG_ADDED}
+# Additions the contract allows (an optional argument; a value added to an enum, which clients
+# are told to expect: docs/dashboards.md, "Decisions and reason codes"); anything else graphql-core calls
+# dangerous fails, and a value removed is a breaking change.
+ALLOWED_DANGEROUS = {DangerousChangeType.OPTIONAL_ARG_ADDED, DangerousChangeType.VALUE_ADDED_TO_ENUM}
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +64,5 @@ def test_the_check_catches_a_changed_default(contract_sdl: str) -> None:
     assert any(c.type is DangerousChangeType.ARG_DEFAULT_VALUE_CHANGE for c in dangerous)
     nonnull = contract_sdl.replace("first: Int = 50", "first: Int! = 50")
     assert find_breaking_changes(build_schema(contract_sdl), build_schema(nonnull))
+    dropped = contract_sdl.replace("  VOLATILITY_EXPIRED ", "  # VOLATILITY_EXPIRED ")
+    assert dropped != contract_sdl and find_breaking_changes(build_schema(contract_sdl), build_schema(dropped))

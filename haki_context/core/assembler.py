@@ -192,6 +192,8 @@ async def start_assembly(
                 budget,
                 ReasonCode.TOP_SCORE,
                 lambda i: 0 < gate < i.parts.distance,
+                cites=_sources if s.skip_cited_turns else lambda _: (),
+                cited_as=_turn_event,
             )
             facts = replace(facts, section=fact_section)
             hops = pack_section(
@@ -202,8 +204,14 @@ async def start_assembly(
                 _hop_facts(hop_rows, now, weights), _cost, facts.section.left, ReasonCode.MULTI_HOP_EXPANSION
             )
             # 9. Episodes, packed into what is left of the same budget.
+            served = {e for f in facts.section.kept + hops.kept for e in _sources(f)} if s.skip_cited_turns else set()
             episodes = pack_section(
-                chunks, _cost, hops.left, ReasonCode.TOP_SCORE, lambda c: 0 < gate < c.parts.distance
+                chunks,
+                _cost,
+                hops.left,
+                ReasonCode.TOP_SCORE,
+                lambda c: 0 < gate < c.parts.distance,
+                lambda c: _turn_event(c) in served,
             )
     clock.retrieval_ended()
 
@@ -424,6 +432,18 @@ def _cost(item: _Fact | _Chunk) -> int:
 
 def _score(item: _Fact | _Chunk) -> float:
     return item.score
+
+
+def _sources(f: _Fact) -> tuple[str, ...]:
+    """The events a fact cites as its sources."""
+    return f.row.source_event_ids
+
+
+def _turn_event(c: _Chunk) -> str | None:
+    """The event of a turn recorded as an event of its own: a fact citing that event says what
+    the turn said. A chunk of any other event (a session of many turns, a document, a long turn
+    split in pieces) is never left out for a citation: a fact cites such an event for a part."""
+    return c.row.event_id if c.row.whole_turn else None
 
 
 def _trace(

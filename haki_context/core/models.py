@@ -74,6 +74,7 @@ class ReasonCode(str, enum.Enum):
     BELOW_RELEVANCE_FLOOR = "BELOW_RELEVANCE_FLOOR"
     CONFLICT_OPEN = "CONFLICT_OPEN"
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
+    CITED_BY_FACT = "CITED_BY_FACT"  # excluded: a conversation turn a served fact cites as its source
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,16 @@ An item's tokens are `max(1, len(line) // 4)` of the line it adds to
 than the budget.
 
 Every section of a packet (facts, multi-hop facts, episodes) is packed the same
-way, by `pack_section`: items in rank order, those past the recall gate set
-aside, the rest taken while they fit; its verdicts are the decision ladder, in
-one place.
+way, by `pack_section` (or two at once by `pack_merged`): items in rank order,
+those past the recall gate set aside (BELOW_RELEVANCE_FLOOR), then a turn a
+served fact cites (CITED_BY_FACT: the fact says it, so its tokens go to other
+memory), the rest taken while they fit (else OVER_BUDGET). The verdicts are the
+decision ladder, in one place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, NamedTuple, TypeVar
@@ -72,22 +74,33 @@ def pack_section(
     budget_left: int,
     included: ReasonCode,
     gated: Callable[[T], bool] = lambda _: False,
+    cited: Callable[[T], bool] = lambda _: False,
 ) -> Section[T]:
     """Pack `ranked` (best first) into `budget_left`. An item past the recall gate is excluded
-    whatever budget remains (BELOW_RELEVANCE_FLOOR); one that fits is included for `included`;
-    one that does not is excluded OVER_BUDGET."""
-    is_gated = [gated(item) for item in ranked]
-    kept, left = pack([item for item, g in zip(ranked, is_gated) if not g], cost, budget_left)
+    whatever budget remains (BELOW_RELEVANCE_FLOOR); then one `cited` by a served fact is
+    excluded CITED_BY_FACT; one that fits is included for `included`; one that does not is
+    excluded OVER_BUDGET."""
+    set_aside = [_set_aside(item, gated, cited) for item in ranked]
+    kept, left = pack([item for item, why in zip(ranked, set_aside) if why is None], cost, budget_left)
     kept_ids = {id(item) for item in kept}
     verdicts = []
-    for item, g in zip(ranked, is_gated):
-        if g:
-            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR))
+    for item, why in zip(ranked, set_aside):
+        if why is not None:
+            verdicts.append(Verdict(item, Decision.EXCLUDED, why))
         elif id(item) in kept_ids:
             verdicts.append(Verdict(item, Decision.INCLUDED, included))
         else:
             verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.OVER_BUDGET))
     return Section(kept, left, verdicts)
+
+
+def _set_aside(item: T, gated: Callable[[T], bool], cited: Callable[[T], bool]) -> ReasonCode | None:
+    """Why an item is excluded whatever budget remains, if it is."""
+    if gated(item):
+        return ReasonCode.BELOW_RELEVANCE_FLOOR
+    if cited(item):
+        return ReasonCode.CITED_BY_FACT
+    return None
 
 
 def render(lines: Sequence[str]) -> str:
@@ -107,19 +120,29 @@ def pack_merged(
     budget_left: int,
     included: ReasonCode,
     gated: Callable[[A | B], bool] = lambda _: False,
+    cites: Callable[[A], Iterable[str]] = lambda _: (),
+    cited_as: Callable[[B], str | None] = lambda _: None,
 ) -> tuple[Section[A], Section[B]]:
     """Pack two ranked sections (each best first) as one ranking by decreasing `score`, the
     first's item first at a tie: whichever kind answers better takes the budget. Each section's
-    verdicts keep its own rank order; both sections' `left` is the budget left after both."""
+    verdicts keep its own rank order; both sections' `left` is the budget left after both.
+
+    An item of the second section whose `cited_as` key is among the `cites` keys of the first
+    section's items included before it (ranked higher) is excluded CITED_BY_FACT."""
     order = sorted([(-score(a), 0, i) for i, a in enumerate(first)] + [(-score(b), 1, i) for i, b in enumerate(second)])
     decided: list[dict[int, tuple[Decision, ReasonCode]]] = [{}, {}]
+    served_cites: set[str] = set()
     for _, which, i in order:
         item: A | B = first[i] if which == 0 else second[i]
         if gated(item):
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR)
+        elif which == 1 and (key := cited_as(second[i])) is not None and key in served_cites:
+            decided[which][i] = (Decision.EXCLUDED, ReasonCode.CITED_BY_FACT)
         elif (c := cost(item)) <= budget_left:
             budget_left -= c
             decided[which][i] = (Decision.INCLUDED, included)
+            if which == 0:
+                served_cites.update(cites(first[i]))
         else:
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.OVER_BUDGET)
     return _section(first, decided[0], budget_left), _section(second, decided[1], budget_left)

@@ -43,6 +43,7 @@ DECISION_SETTINGS = (
     "episode_excerpt_chars",
     "speaker_boost",
     "packing",
+    "skip_cited_turns",
     "date_boost",
     "neighbour_weight",
     "neighbour_window_s",
@@ -67,6 +68,10 @@ DECISION_SETTINGS = (
     "horizon_volatile_days",
     "horizon_ephemeral_days",
 )
+
+# Decision settings added after records were first kept, with the value that behaves as the
+# server did before: a record without one ran without the rule, and its replay does too.
+ADDED_LATER: dict[str, Any] = {"skip_cited_turns": False}
 
 # Settings that change how the server runs, never what a call decides.
 OPERATIONAL_SETTINGS = (
@@ -198,6 +203,7 @@ def settings_with(
     an override that is no decision setting or a value its setting refuses."""
     values: dict[str, Any] = {}
     if record is not None:
+        values.update({k: v for k, v in ADDED_LATER.items() if k not in record.settings})
         values.update({k: v for k, v in record.settings.items() if k in Settings.model_fields})
     if profile is not None:
         values.update(PROFILES[profile])

@@ -35,13 +35,14 @@ from .retrieval import (
     _QUERY_LEXEMES,
     _SCOPED,
     _TEXT_SCOPE,
+    CHUNK_COLUMNS,
     FULL_TEXT_RANKS,
-    ChunkRow,
     EpisodeCandidates,
     FactCandidates,
     FactRow,
     SearchParams,
     _fact_row,
+    chunk_row,
 )
 
 _FACT_COLUMNS = ", ".join(f"f.{c}" for c in _FACT_COLUMN_NAMES)
@@ -216,7 +217,7 @@ vec AS (
 ),
 fts AS ({lexical.top}),
 candidates AS (SELECT event_id, chunk FROM vec UNION SELECT event_id, chunk FROM fts)
-SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
+SELECT {CHUNK_COLUMNS},
        c.embedding <=> $3 AS distance, {lexical.rank_expr} AS full_text
 FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk{lexical.join}
 """
@@ -300,22 +301,7 @@ async def episode_candidates(
         *_rank_args(p),
     )
     rows = await conn.fetch(_EPISODE_TEXTS[p.full_text_rank], *args)
-    chunks = [
-        ChunkRow(
-            event_id=str(r["event_id"]),
-            chunk=r["chunk"],
-            kind=r["kind"],
-            occurred_at=r["occurred_at"],
-            excerpt=r["excerpt"],
-            text=r["text"],
-            is_turn=r["is_turn"],
-            speaker=r["speaker"],
-            distance=r["distance"],
-            full_text=r["full_text"],
-        )
-        for r in rows
-    ]
-    return EpisodeCandidates(chunks, None)
+    return EpisodeCandidates([chunk_row(r) for r in rows], None)
 
 
 async def multi_hop(

@@ -325,6 +325,32 @@ FROM blocked b
 """
 
 
+# What an episode candidate reads of its chunk. `whole_turn`: the chunk is a turn and its event's
+# only chunk (one turn recorded as one event), so a fact citing that event cites exactly this
+# turn (core/packing.py, CITED_BY_FACT); one primary-key probe per candidate.
+CHUNK_COLUMNS = """c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
+       c.is_turn AND NOT EXISTS (SELECT 1 FROM episode_chunks o
+                                 WHERE o.project_id = c.project_id AND o.event_id = c.event_id AND o.chunk <> c.chunk)
+         AS whole_turn"""
+
+
+def chunk_row(r: asyncpg.Record) -> ChunkRow:
+    """An episode candidate from a row that selected CHUNK_COLUMNS, distance and full_text."""
+    return ChunkRow(
+        event_id=str(r["event_id"]),
+        chunk=r["chunk"],
+        kind=r["kind"],
+        occurred_at=r["occurred_at"],
+        excerpt=r["excerpt"],
+        text=r["text"],
+        is_turn=r["is_turn"],
+        whole_turn=r["whole_turn"],
+        speaker=r["speaker"],
+        distance=r["distance"],
+        full_text=r["full_text"],
+    )
+
+
 def _episode_candidates_sql(rank: str, plan: str) -> str:
     lexical = FULL_TEXT_RANKS[rank](
         "episode_chunks", "c", _TEXT_SCOPE.format(a="c"), "@event_id, @chunk", "$7", "$6", "$9"
@@ -335,7 +361,7 @@ WITH {_size("episode_chunks", "chunk_rows", k="$5", most="$8")},
 {_CHUNK_VECTOR[plan]}
 fts AS ({lexical.top}),
 candidates AS (SELECT event_id, chunk FROM vec UNION SELECT event_id, chunk FROM fts)
-SELECT c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
+SELECT {CHUNK_COLUMNS},
        c.embedding <=> $3 AS distance, {lexical.rank_expr} AS full_text, (SELECT ready FROM size) AS own_index
 FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk{lexical.join}
 """
@@ -422,6 +448,7 @@ class ChunkRow:
     excerpt: str
     text: str
     is_turn: bool
+    whole_turn: bool  # a turn that is its event's only chunk
     speaker: str | None
     distance: float
     full_text: float
@@ -578,22 +605,7 @@ async def episode_candidates(
 ) -> EpisodeCandidates:
     """Episode chunks of the scope: the vector top-k, plus the full-text top-k when `text_k` > 0."""
     rows = await conn.fetch(candidates_text("episode_chunks", p), *_episode_args(p, vector_k, text_k))
-    chunks = [
-        ChunkRow(
-            event_id=str(r["event_id"]),
-            chunk=r["chunk"],
-            kind=r["kind"],
-            occurred_at=r["occurred_at"],
-            excerpt=r["excerpt"],
-            text=r["text"],
-            is_turn=r["is_turn"],
-            speaker=r["speaker"],
-            distance=r["distance"],
-            full_text=r["full_text"],
-        )
-        for r in rows
-    ]
-    return EpisodeCandidates(chunks, bool(rows[0]["own_index"]) if rows else None)
+    return EpisodeCandidates([chunk_row(r) for r in rows], bool(rows[0]["own_index"]) if rows else None)
 
 
 async def multi_hop(

@@ -15,6 +15,7 @@ REASON_COLUMNS: dict[str, str] = {
     "BELOW_RELEVANCE_FLOOR": "n_below_floor",
     "CONFLICT_OPEN": "n_conflict_open",
     "VOLATILITY_EXPIRED": "n_volatility_expired",
+    "CITED_BY_FACT": "n_cited_by_fact",
 }
 
 # The decision columns, as named by core.packet.TraceDecision's fields, with their SQL types.
@@ -52,32 +53,36 @@ TRACE_COLUMNS = (
 # its round trips, BEGIN and COMMIT, and update a just-written row whose covering stats
 # index holds total_ms: a dead tuple and five index entries per call (docs/performance.md).
 #
-# The decisions travel as one JSON array ($26, orjson through the pool's json codec): as
+# The decisions travel as one JSON array (_DECISIONS, orjson through the pool's json codec): as
 # fourteen arrays, asyncpg checks every element against collections.abc (two or three
 # isinstance calls each), which costs the event loop more (docs/performance.md).
 #
-# Unless `durable` ($27), the statement's own transaction commits without waiting for its
+# Unless `durable` (_DURABLE), the statement's own transaction commits without waiting for its
 # WAL to reach disk (set_config(..., true) lasts until that commit): visible to every
 # reader at once, so trace(id) works as soon as the client has the id, and atomic as
 # ever; only a crash of the database server within three wal_writer_delay periods can
 # lose it, and the call does not pay for the flush (docs/performance.md). Facts and events
 # always wait for it.
+# The statement's parameters: the trace's fields $1..$19, one count per reason code from $20,
+# then the decisions, `durable`, the settings record and asOf.
+_REASONS = [f"${20 + i}" for i in range(len(REASON_COLUMNS))]
+_DECISIONS, _DURABLE, _SETTINGS, _AS_OF = (f"${20 + len(REASON_COLUMNS) + i}" for i in range(4))
 _INSERT = f"""
 WITH decisions AS (
     INSERT INTO trace_decisions (project_id, trace_id, ord, {", ".join(_DECISION_FIELDS)})
     SELECT $1, $2::uuid, d.ord, {", ".join(f"d.{name}" for name in _DECISION_FIELDS)}
-    FROM ROWS FROM (json_to_recordset($26::json) AS ({_DECISION_TYPES})) WITH ORDINALITY
+    FROM ROWS FROM (json_to_recordset({_DECISIONS}::json) AS ({_DECISION_TYPES})) WITH ORDINALITY
          AS d({", ".join(_DECISION_FIELDS)}, ord)
     RETURNING 1
 ),
 written AS (
     SELECT (1000 * extract(epoch FROM clock_timestamp() - statement_timestamp()))::float8 AS ms,
-           CASE WHEN NOT $27::bool THEN set_config('synchronous_commit', 'off', true) END AS commit_mode
+           CASE WHEN NOT {_DURABLE}::bool THEN set_config('synchronous_commit', 'off', true) END AS commit_mode
     FROM (SELECT count(*) FROM decisions) n
 )
 INSERT INTO context_traces (project_id, {TRACE_COLUMNS})
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, w.ms, $14::float8 + w.ms, $15, $16,
-       $17, $18, $19, $20, $21, $22, $23, $24, $25, $28, $29
+       $17, $18, $19, {", ".join(_REASONS)}, {_SETTINGS}, {_AS_OF}
 FROM written w
 RETURNING persist_ms
 """

@@ -1,0 +1,199 @@
+"""A conversation turn that a served fact cites as its source is left out (CITED_BY_FACT): the
+fact says it, and its tokens go to other memory. Only a turn recorded as an event of its own;
+never in the `seed` profile, or with HAKI_SKIP_CITED_TURNS=0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import GraphQLClient, ProjectClient, client_for, make_settings
+from contextlib_helpers import assert_fact, context, decisions, record
+
+from haki_context.core import settings_records
+from haki_context.core.models import Decision, ReasonCode
+from haki_context.core.packing import pack_merged, pack_section
+from haki_context.core.runtime import Runtime
+from haki_context.settings import Settings
+
+# (name, score, tokens, cited events) for facts; (name, score, tokens, whole turn's event) for turns.
+FACTS = [("f1", 0.9, 4, ("e1",)), ("f2", 0.3, 4, ("e3",))]
+TURNS = [("t1", 0.8, 4, "e1"), ("t2", 0.6, 4, "e2"), ("t3", 0.4, 4, "e3")]
+
+
+def _merged(
+    budget: int, turns: list[tuple[str, float, int, str | None]] = TURNS
+) -> list[tuple[str, Decision, ReasonCode]]:
+    _, section = pack_merged(
+        FACTS,
+        turns,
+        lambda i: i[1],
+        lambda i: i[2],
+        budget,
+        ReasonCode.TOP_SCORE,
+        cites=lambda f: f[3],
+        cited_as=lambda t: t[3],
+    )
+    return [(v.item[0], v.decision, v.reason) for v in section.verdicts]
+
+
+def test_a_turn_ranked_below_a_served_fact_citing_it_is_left_out_and_its_budget_goes_on() -> None:
+    # f1 (0.9) is served, so t1 (0.8) is left out whatever budget remains, and t2 and t3 fit in 12.
+    assert _merged(12) == [
+        ("t1", Decision.EXCLUDED, ReasonCode.CITED_BY_FACT),
+        ("t2", Decision.INCLUDED, ReasonCode.TOP_SCORE),
+        ("t3", Decision.INCLUDED, ReasonCode.TOP_SCORE),
+    ]
+    # Without the fact's citation t1 takes the budget, and t3 no longer fits.
+    assert [v for *_, v in _merged(12, [(n, s, t, None) for n, s, t, _ in TURNS])] == [
+        ReasonCode.TOP_SCORE,
+        ReasonCode.TOP_SCORE,
+        ReasonCode.OVER_BUDGET,
+    ]
+
+
+def test_a_turn_ranked_above_the_fact_citing_it_is_served_and_so_is_the_fact() -> None:
+    facts, _ = pack_merged(
+        FACTS,
+        TURNS,
+        lambda i: i[1],
+        lambda i: i[2],
+        100,
+        ReasonCode.TOP_SCORE,
+        cites=lambda f: f[3],
+        cited_as=lambda t: t[3],
+    )
+    assert [f[0] for f in facts.kept] == ["f1", "f2"]
+    assert ("t3", Decision.INCLUDED, ReasonCode.TOP_SCORE) in _merged(100)  # t3 (0.4) before f2 (0.3), which cites it
+
+
+def test_a_fact_left_out_for_the_budget_hides_no_turn() -> None:
+    # f1 (4 tokens) does not fit in 3: t1 is not left out for it; it does not fit either.
+    assert _merged(3)[0] == ("t1", Decision.EXCLUDED, ReasonCode.OVER_BUDGET)
+
+
+def test_a_chunk_that_is_not_a_whole_turn_is_never_left_out_for_a_citation() -> None:
+    assert _merged(100, [("t1", 0.8, 4, None)]) == [("t1", Decision.INCLUDED, ReasonCode.TOP_SCORE)]
+
+
+def test_with_sections_a_turn_cited_by_any_served_fact_is_left_out_and_the_gate_comes_first() -> None:
+    served = {"e1"}
+    section = pack_section(
+        TURNS, lambda i: i[2], 100, ReasonCode.TOP_SCORE, lambda t: t[0] == "t2", lambda t: t[3] in served
+    )
+    assert [(v.item[0], v.reason) for v in section.verdicts] == [
+        ("t1", ReasonCode.CITED_BY_FACT),
+        ("t2", ReasonCode.BELOW_RELEVANCE_FLOOR),
+        ("t3", ReasonCode.TOP_SCORE),
+    ]
+
+
+def test_on_by_default_and_off_in_the_seed_profile() -> None:
+    assert Settings().skip_cited_turns and not Settings(ranking_profile="seed").skip_cited_turns
+
+
+def test_a_record_made_before_the_rule_replays_without_it() -> None:
+    old = settings_records.make_record(Settings(), "m", "s")
+    del old.body["settings"]["skip_cited_turns"]
+    assert not settings_records.settings_with(Settings(), old).skip_cited_turns
+    assert settings_records.settings_with(
+        Settings(), settings_records.make_record(Settings(), "m", "s")
+    ).skip_cited_turns
+
+
+# ---------------------------------------------------------------- through GraphQL
+
+QUESTION = "pet: a dog named Rex"  # the fact's own text: it ranks above the turn it cites
+
+
+async def _remember(client: GraphQLClient, subject: str) -> tuple[str, str, str]:
+    """A turn, a fact citing it, and a session of two turns cited by another fact."""
+    (turn,) = await record(client, subject, ["I adopted a dog named Rex last May, he is a beagle."])
+    await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn])
+    data = await client.execute(
+        "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }",
+        {
+            "i": [
+                {
+                    "subjectId": subject,
+                    "kind": "conversation.session",
+                    "payload": {
+                        "messages": [
+                            {"speaker": "Ann", "text": "My dog named Rex is a beagle."},
+                            {"speaker": "Bo", "text": "A dog named Rex, what a good name."},
+                        ]
+                    },
+                }
+            ]
+        },
+    )
+    session = data["recordEvents"][0]["id"]
+    fact = await assert_fact(client, subject, "pet_breed", "a beagle named Rex", sourceEventIds=[session])
+    return turn, session, fact["fact"]["id"]
+
+
+def _episode_reasons(packet: dict[str, Any], event: str) -> list[str]:
+    return [d["reasonCode"] for d in decisions(packet, itemKind="EPISODE", itemId=event)]
+
+
+async def test_the_turn_a_served_fact_cites_is_left_out_and_traced(project_client: ProjectClient, subject: str) -> None:
+    turn, session, _ = await _remember(project_client, subject)
+    packet = await context(project_client, subject, QUESTION, budget=900)
+    assert any(f["predicate"] == "pet" for f in packet["facts"])
+    assert _episode_reasons(packet, turn) == ["CITED_BY_FACT"]
+    assert turn not in {e["eventId"] for e in packet["episodes"]}
+    # The session's turns stay: the fact citing the session cites one part of it.
+    assert set(_episode_reasons(packet, session)) == {"TOP_SCORE"}
+    (row,) = decisions(packet, itemKind="EPISODE", itemId=turn)
+    assert row["decision"] == "EXCLUDED" and row["rank"] is not None and row["tokens"] > 0
+    assert packet["trace"]["counts"]["excluded"] >= 1
+    stats = await project_client.execute("{ stats { reasonCodes { reasonCode count } } }")
+    counts = {r["reasonCode"]: r["count"] for r in stats["stats"]["reasonCodes"]}
+    assert counts["CITED_BY_FACT"] == 1
+    trace = await project_client.execute(
+        "query($id: ID!) { trace(id: $id) { decisions(itemKind: EPISODE) { itemId reasonCode } } }",
+        {"id": packet["traceId"]},
+    )
+    assert {"itemId": turn, "reasonCode": "CITED_BY_FACT"} in trace["trace"]["decisions"]
+
+
+async def test_the_turn_is_served_when_the_rule_is_off_or_in_the_seed_profile(
+    runtime: Runtime, migrated: str, client: GraphQLClient, subject: str
+) -> None:
+    turn, _, _ = await _remember(client, subject)
+    for changes in ({"skip_cited_turns": False}, {"ranking_profile": "seed"}):
+        settings = make_settings(migrated, **changes)  # the profile's values, where not set
+        other = client_for(Runtime(pool=runtime.pool, embedder=runtime.embedder, settings=settings))
+        try:
+            packet = await context(other, subject, QUESTION, budget=900)
+        finally:
+            await other.http.aclose()
+        assert "CITED_BY_FACT" not in {d["reasonCode"] for d in packet["trace"]["decisions"]}, changes
+        assert turn in {e["eventId"] for e in packet["episodes"]}, changes
+
+
+async def test_a_replay_reproduces_the_left_out_turn_and_an_override_serves_it(
+    client: GraphQLClient, subject: str
+) -> None:
+    turn, _, _ = await _remember(client, subject)
+    packet = await context(client, subject, QUESTION, budget=900)
+    query = """query($id: ID!, $with: ReplayOverrides) { replay(traceId: $id, with: $with) {
+        diff { identical changes { itemId kinds after { reasonCode } } } } }"""
+    same = await client.execute(query, {"id": packet["traceId"]})
+    assert same["replay"]["diff"]["identical"]
+    off = await client.execute(query, {"id": packet["traceId"], "with": {"settings": {"skip_cited_turns": False}}})
+    changed = {c["itemId"]: c for c in off["replay"]["diff"]["changes"]}
+    assert changed[turn]["after"]["reasonCode"] == "TOP_SCORE" and "DECISION_CHANGED" in changed[turn]["kinds"]
+
+
+async def test_asof_an_instant_before_the_fact_the_turn_is_served(client: GraphQLClient, subject: str) -> None:
+    (turn,) = await record(client, subject, ["I adopted a dog named Rex last May, he is a beagle."])
+    before = (await context(client, subject, QUESTION, budget=900))["trace"]["createdAt"]
+    await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn])
+    data = await client.execute(
+        "query($s: String!, $q: String!, $t: DateTime) { context(subjectId: $s, query: $q, asOf: $t) {"
+        " episodes { eventId } trace { decisions { itemId reasonCode } } } }",
+        {"s": subject, "q": QUESTION, "t": before},
+    )
+    assert turn in {e["eventId"] for e in data["context"]["episodes"]}
+    now = await context(client, subject, QUESTION, budget=900)
+    assert _episode_reasons(now, turn) == ["CITED_BY_FACT"]
