@@ -327,11 +327,12 @@ FROM blocked b
 
 # What an episode candidate reads of its chunk. `whole_turn`: the chunk is a turn and its event's
 # only chunk (one turn recorded as one event), so a fact citing that event cites exactly this
-# turn (core/packing.py, CITED_BY_FACT); one primary-key probe per candidate.
+# turn (core/packing.py, CITED_BY_FACT). An event's chunks are numbered from 0 without gaps, so
+# that is chunk 0 with no chunk 1: one primary-key probe per turn candidate.
 CHUNK_COLUMNS = """c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
-       c.is_turn AND NOT EXISTS (SELECT 1 FROM episode_chunks o
-                                 WHERE o.project_id = c.project_id AND o.event_id = c.event_id AND o.chunk <> c.chunk)
-         AS whole_turn"""
+       c.is_turn AND c.chunk = 0
+         AND NOT EXISTS (SELECT FROM episode_chunks o WHERE o.project_id = c.project_id AND o.event_id = c.event_id
+                                                        AND o.chunk = 1) AS whole_turn"""
 
 
 def chunk_row(r: asyncpg.Record) -> ChunkRow:
