@@ -530,6 +530,22 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
         page.check_clean()
 
 
+async def test_a_turn_left_out_for_a_served_fact_names_the_fact(chromium: str, server: str, tmp_path: Path) -> None:
+    subject = new_subject("cited")
+    (turn,) = record_events(server, subject, ["I adopted a dog named Rex last May, he is a beagle."])
+    assert_fact(server, subject, "pet", "a dog named Rex", sourceEventIds=[turn])
+    packet = context(server, subject, "pet: a dog named Rex")  # the fact's own text ranks it first
+    (left_out,) = [d for d in packet["trace"]["decisions"] if d["itemId"] == turn]
+    assert left_out["reasonCode"] == "CITED_BY_FACT", left_out
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/trace/{packet['traceId']}")
+        row = "#decisions tbody tr.excluded"
+        await page.wait(f"!!document.querySelector({json.dumps(row)})", "the turn left out")
+        assert "CITED_BY_FACT" in await page.text(row)
+        assert await page.text(f"{row} td.detail") == "the served fact “pet: a dog named Rex” cites this turn"
+        page.check_clean()
+
+
 REPLAY = """query($id: ID!, $with: ReplayOverrides, $now: Boolean!) {
   replay(traceId: $id, with: $with, compareWithNow: $now) {
     diff { identical added removed moved scoreChanged decisionChanged

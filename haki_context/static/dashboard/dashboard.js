@@ -714,6 +714,12 @@
       if (!h) return `${esc(d.fact.volatility)} fact past its horizon`;
       return `${esc(d.fact.volatility)}: ${h.days} d from ${esc(day(h.base))}, expired ${esc(day(h.end))}`;
     }
+    if (d.reasonCode === "CITED_BY_FACT") {
+      const citing = trace.decisions.find(
+        (x) => x.decision === "INCLUDED" && x.fact && x.fact.sourceEvents.some((e) => e.id === d.itemId),
+      );
+      return citing ? `the served fact “${clip(factText(citing.fact), 80)}” cites this turn` : "a served fact cites this turn";
+    }
     if (d.reasonCode === "OVER_BUDGET") return `needed ${d.tokens} tokens`;
     if (d.reasonCode === "BELOW_RELEVANCE_FLOOR") return `distance ${num(d.distance)} past the recall gate`;
     if (d.reasonCode === "MULTI_HOP_EXPANSION") return `via ${esc(d.viaEntity)}`;
