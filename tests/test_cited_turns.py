@@ -197,3 +197,19 @@ async def test_asof_an_instant_before_the_fact_the_turn_is_served(client: GraphQ
     assert turn in {e["eventId"] for e in data["context"]["episodes"]}
     now = await context(client, subject, QUESTION, budget=900)
     assert _episode_reasons(now, turn) == ["CITED_BY_FACT"]
+
+
+async def test_compared_with_now_a_turn_left_out_for_a_fact_recorded_since_says_so(
+    client: GraphQLClient, subject: str
+) -> None:
+    (turn,) = await record(client, subject, ["I adopted a dog named Rex last May, he is a beagle."])
+    before = await context(client, subject, QUESTION, budget=900)
+    await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn])
+    data = await client.execute(
+        "query($id: ID!) { replay(traceId: $id, compareWithNow: true) {"
+        " diff { changes { itemId kinds why after { reasonCode } } } } }",
+        {"id": before["traceId"]},
+    )
+    changed = {c["itemId"]: c for c in data["replay"]["diff"]["changes"]}
+    assert changed[turn]["after"]["reasonCode"] == "CITED_BY_FACT"
+    assert changed[turn]["why"] == "left out: a fact served now cites this turn"

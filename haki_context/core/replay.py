@@ -146,7 +146,7 @@ async def _explained(rt: Runtime, project_id: str, changes: TraceDiff, then: dat
         if c.item_kind is ItemKind.FACT:
             why = _fact_why(c, facts.get(c.item_id), then)
         else:
-            why = _event_why(events.get(c.item_id), then)
+            why = _event_why(c, events.get(c.item_id), then)
         out.append(replace(c, why=why))
     return TraceDiff(tuple(out))
 
@@ -181,9 +181,14 @@ def _fact_why(c: ItemChange, fact: Fact | None, then: datetime) -> str | None:
     return None
 
 
-def _event_why(event: Event | None, then: datetime) -> str | None:
+def _event_why(c: ItemChange, event: Event | None, then: datetime) -> str | None:
     if event is None:
         return "no longer stored"
     if event.recorded_at > then:
         return f"recorded at {event.recorded_at.isoformat()}, after the call"
+    after, before = c.after, c.before
+    if after is not None and after.reason_code is ReasonCode.CITED_BY_FACT:
+        return "left out: a fact served now cites this turn"
+    if before is not None and before.reason_code is ReasonCode.CITED_BY_FACT and after is not None:
+        return "the fact that cited this turn is not served now"
     return None
