@@ -2,8 +2,8 @@
 
 A real `haki-context serve` (its own process and database, development mode, the hashing
 embedder) serves /dashboard; Chromium opens it with the network closed to anything but the
-server (the GraphiQL browser test's setup, reused). Each test does what a person would: opens a
-view, clicks, reads what is on screen, and checks it against the GraphQL API.
+server (tests/browser_support.py, shared with the GraphiQL browser test). Each test does what a
+person would: opens a view, clicks, reads what is on screen, and checks it against the GraphQL API.
 
 With HAKI_DASHBOARD_SCREENSHOTS=<dir> set, each test writes its view's screenshot there
 (docs/img/ holds the committed ones); otherwise under the test's tmp_path.
@@ -13,35 +13,20 @@ In CI (env CI set) a missing chromium fails the tests; locally they are skipped.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
 import json
 import os
-import signal
 import subprocess
-import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from test_graphiql_browser import (
-    CDP,
-    CLI,
-    browser,
-    drop_database,
-    find_chromium,
-    free_port,
-    fresh_database,
-    leaves_machine,
-    wait_for,
-)
+from browser_support import CLI, Page, Served, haki_env, require_chromium, serve, wait_for
 
 # Enough fact candidates for a trace of 500+ decisions (the default takes 64 per axis).
 RETRIEVAL_TOP_K = "256"
@@ -50,63 +35,14 @@ RETRIEVAL_TOP_K = "256"
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's chromium; checked before the database starts."""
-    path = find_chromium()
-    if path is None:
-        reason = "Debian's chromium is not installed (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; the dashboard browser tests must run in CI", pytrace=False)
-        pytest.skip(reason)
-    return path
-
-
-@dataclass(frozen=True)
-class Served:
-    """A running server: where it answers and its database."""
-
-    base: str
-    dsn: str
+    return require_chromium("the dashboard browser tests")
 
 
 @pytest.fixture(scope="module")
 def served(chromium: str, pg_uri: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """`haki-context serve` on a free loopback port in development mode, once /readyz says ready."""
-    dsn = asyncio.run(fresh_database(pg_uri))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
-    env.update(
-        HAKI_DATABASE_URL=dsn,
-        HAKI_EMBED_PROVIDER="hashing",
-        HAKI_DEV_MODE="1",
-        HAKI_RETRIEVAL_TOP_K=RETRIEVAL_TOP_K,
-        HAKI_DATA_DIR=str(tmp_path_factory.mktemp("haki-dashboard-data")),
-    )
-    log = (tmp_path_factory.mktemp("haki-dashboard-log") / "serve.log").open("w+b")
-    proc = subprocess.Popen(
-        [CLI, "serve", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"haki-context serve exited with {proc.returncode}:\n{log.read().decode(errors='replace')}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail("haki-context serve was not ready within 60 s")
-            time.sleep(0.1)
-        yield Served(base, dsn)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        asyncio.run(drop_database(pg_uri, dsn))
+    with serve(pg_uri, tmp_path_factory, HAKI_RETRIEVAL_TOP_K=RETRIEVAL_TOP_K) as running:
+        yield running
 
 
 @pytest.fixture
@@ -190,114 +126,29 @@ def context(base: str, subject: str, query: str, budget: int = 900, key: str | N
 # ---------------------------------------------------------------- the browser, as a person uses it
 
 
-@dataclass
-class Page:
-    """One tab of the dashboard, with what it asked the network for and what went wrong."""
-
-    cdp: CDP
-    session: str
-    base: str
-    shots: Path
-    requests: list[str] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
-    exceptions: list[str] = field(default_factory=list)
-
-    def on_event(self, method: str, params: dict[str, Any]) -> None:
-        if params.get("sessionId") not in (None, self.session) and method.startswith("Target."):
-            return
-        if method == "Network.requestWillBeSent":
-            self.requests.append(params["request"]["url"])
-        elif method == "Network.webSocketCreated":
-            self.requests.append(params["url"])
-        elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
-            self.failures.append(f"{params['response']['status']} {params['response']['url']}")
-        elif method == "Runtime.exceptionThrown":
-            details = params["exceptionDetails"]
-            self.exceptions.append(details.get("exception", {}).get("description") or details.get("text", "?"))
-
-    async def js(self, expression: str) -> Any:
-        reply = await self.cdp.send(
-            "Runtime.evaluate",
-            {"expression": expression, "returnByValue": True, "awaitPromise": True},
-            session=self.session,
-        )
-        if "exceptionDetails" in reply:
-            raise AssertionError(f"{expression!r} threw: {reply['exceptionDetails']}")
-        return reply["result"].get("value")
+class Dashboard(Page):
+    """A tab of the dashboard."""
 
     async def open(self, fragment: str) -> None:
-        await self.cdp.send("Page.navigate", {"url": f"{self.base}/dashboard{fragment}"}, session=self.session)
+        await self.navigate(f"/dashboard{fragment}")
         await wait_for(lambda: self.js("document.readyState === 'complete' && !!window.haki"), "the dashboard to load")
 
-    async def wait(self, expression: str, what: str, until: Any = bool, timeout: float = 10.0) -> Any:
-        """Wait until `expression`, evaluated in the page, satisfies `until`; a timeout shows the
-        page's error banner and view, to say why."""
-        try:
-            return await wait_for(lambda: self.js(expression), what, until, timeout)
-        except AssertionError as exc:
-            banner = await self.text("#banner")
-            shown = (await self.text("#view"))[:1500]
-            raise AssertionError(f"{exc}\nbanner: {banner!r}\nview: {shown}") from None
-
-    async def text(self, selector: str) -> str:
-        value = await self.js(f"document.querySelector({json.dumps(selector)})?.innerText ?? ''")
-        return str(value)
-
-    async def click(self, selector: str) -> None:
-        """A real mouse click (press and release) at the middle of the element's first box (a link
-        may wrap), scrolled into view."""
-        box = await self.js(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block: 'center'}});"
-            " const r = e.getClientRects()[0]; return {x: r.x + r.width / 2, y: r.y + r.height / 2}; })()"
-        )
-
-        for kind in ("mousePressed", "mouseReleased"):
-            await self.cdp.send(
-                "Input.dispatchMouseEvent",
-                {"type": kind, "x": box["x"], "y": box["y"], "button": "left", "clickCount": 1},
-                session=self.session,
-            )
-
-    async def screenshot(self, name: str, height: int | None = None) -> None:
-        """The view from the top: the window, or the page's first `height` pixels."""
-        await self.js("window.scrollTo(0, 0)")
-        params: dict[str, Any] = {"format": "png"}
-        if height is not None:
-            width = await self.js("document.documentElement.clientWidth")
-            params.update(
-                clip={"x": 0, "y": 0, "width": width, "height": height, "scale": 1}, captureBeyondViewport=True
-            )
-        shot = await self.cdp.send("Page.captureScreenshot", params, session=self.session)
-        png = self.shots / f"{name}.png"
-        png.write_bytes(base64.b64decode(shot["data"]))
-        print(f"screenshot: {png}")
-
-    def check_clean(self, allow: list[str] | None = None) -> None:
-        """Nothing left the machine, nothing failed (but the refusals in `allow`), no script threw."""
-        off_machine = [url for url in self.requests if leaves_machine(url)]
-        assert not off_machine, f"the page tried to leave the machine: {off_machine}"
-        failures = [f for f in self.failures if not any(f.startswith(a) for a in allow or [])]
-        assert not failures, f"failed requests: {failures}"
-        assert not self.exceptions, f"uncaught JavaScript exceptions: {self.exceptions}"
+    async def explain(self) -> str:
+        """The page's error banner and view."""
+        banner = await self.text("#banner")
+        shown = (await self.text("#view"))[:1500]
+        return f"\nbanner: {banner!r}\nview: {shown}"
 
 
 @contextlib.asynccontextmanager
-async def dashboard(chromium: str, base: str, tmp_path: Path) -> AsyncIterator[Page]:
+async def dashboard(chromium: str, base: str, tmp_path: Path) -> AsyncIterator[Dashboard]:
     shots = Path(os.environ.get("HAKI_DASHBOARD_SCREENSHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    async with browser(chromium) as cdp:
-        target = await cdp.send("Target.createTarget", {"url": "about:blank"})
-        session = (await cdp.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}))[
-            "sessionId"
-        ]
-        page = Page(cdp, session, base, shots)
-        cdp.listeners.append(page.on_event)
-        for domain in ("Network", "Page", "Runtime"):
-            await cdp.send(f"{domain}.enable", session=session)
-        await cdp.send(
+    async with Dashboard.opened(chromium, base, shots) as page:
+        await page.cdp.send(
             "Emulation.setDeviceMetricsOverride",
             {"width": 1280, "height": 860, "deviceScaleFactor": 1, "mobile": False},
-            session=session,
+            session=page.session,
         )
         yield page
 
@@ -380,8 +231,7 @@ async def test_without_a_websocket_the_live_list_polls_and_still_shows_a_new_cal
 
 
 def create_key(served: Served, project: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
-    env.update(HAKI_DATABASE_URL=served.dsn, HAKI_EMBED_PROVIDER="hashing")
+    env = haki_env(HAKI_DATABASE_URL=served.dsn, HAKI_EMBED_PROVIDER="hashing")
     done = subprocess.run(
         [CLI, "keys", "create", "--project", project], env=env, capture_output=True, text=True, timeout=60, check=True
     )
@@ -594,7 +444,7 @@ async def test_replay_and_compare_with_now_show_what_changed_in_the_trace_view(
     gql(server, "mutation($id: ID!) { retractFact(id: $id) { id } }", {"id": pet})
     assert assert_fact(server, subject, "employer", "Globex", mode="CONTEST")["conflict"]
 
-    async def run(page: Page, button: str, state: str) -> list[dict[str, Any]]:
+    async def run(page: Dashboard, button: str, state: str) -> list[dict[str, Any]]:
         await page.js("document.querySelector('#replay').dataset.state = ''")
         await page.click(button)
         await page.wait(
