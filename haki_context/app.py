@@ -148,7 +148,9 @@ class HakiGraphQL(GraphQL):
         response = super().create_response(response_data, sub_response)
         response.headers["content-type"] = ResponseType(sub_response.media_type).content_type
         if isinstance(response_data, dict):
-            status = http_status(response_data.get("errors") or [], ran="data" in response_data)
+            status = http_status(
+                response_data.get("errors") or [], ran="data" in response_data, data=response_data.get("data")
+            )
             if status is not None:
                 response.status_code = status
                 if status == Unavailable.http_status:  # shed or database down: tell clients when to retry

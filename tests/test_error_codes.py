@@ -14,7 +14,7 @@ from contextlib_helpers import with_settings
 from graphql import GraphQLError, GraphQLSyntaxError, Source
 
 from haki_context.core.runtime import Runtime
-from haki_context.schema.errors import format_error, is_unexpected
+from haki_context.schema.errors import format_error, http_status, is_unexpected
 from haki_context.schema.limits import check_token_count
 
 FACTS = "query($s: String!, $n: Int) { facts(subjectId: $s, first: $n) { edges { cursor } } }"
@@ -128,3 +128,16 @@ def test_a_write_rolled_back_by_a_concurrent_one_is_unavailable_to_be_retried(ex
     )
     assert formatted["extensions"]["code"] == "UNAVAILABLE"
     assert formatted["message"].endswith("retry it") and "Process" not in formatted["message"]
+
+
+def test_unavailable_is_503_only_when_no_root_field_answered() -> None:
+    unavailable = [{"message": "retry it", "path": ["b"], "extensions": {"code": "UNAVAILABLE"}}]
+    assert http_status(unavailable, data=None) == 503
+    assert http_status(unavailable, data={"a": None, "b": None}) == 503
+    # an earlier mutation of the document was written: a client must not send it again
+    assert http_status(unavailable, data={"a": {"id": "e1"}, "b": None}) is None
+
+
+def test_a_rollback_of_unknown_outcome_is_not_told_to_retry() -> None:
+    unknown = asyncpg.exceptions.StatementCompletionUnknownError("x")  # 40003: written or not, unknown
+    assert format_error(GraphQLError("x", original_error=unknown))["extensions"]["code"] == "INTERNAL"

@@ -28,6 +28,12 @@ _SHUTDOWN_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.ConnectionFailureError,
 )
+# A transaction the server rolled back, whole, for a concurrent one: a deadlock's victim, a
+# serialization failure. (Not every TransactionRollbackError: 40003 leaves the outcome unknown.)
+_ROLLED_BACK: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.SerializationError,
+)
 # Client-side: a connection lost or broken mid-query ("cannot switch to state"), refused, timed out.
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.ConnectionDoesNotExistError,
@@ -59,7 +65,7 @@ def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
             return exc, True
         if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
             return Timeout("the statement took longer than HAKI_STATEMENT_TIMEOUT_MS"), False
-        if isinstance(exc, asyncpg.exceptions.TransactionRollbackError):  # a deadlock's victim, a serialization failure
+        if isinstance(exc, _ROLLED_BACK):
             return Unavailable("a concurrent write of the same rows rolled this one back whole; retry it"), False
         if isinstance(exc, _SHUTDOWN_ERRORS) or (
             isinstance(exc, _CONNECTION_ERRORS) and not isinstance(exc, asyncpg.PostgresError)
@@ -127,15 +133,17 @@ def format_error(error: GraphQLError) -> dict[str, Any]:
     return formatted
 
 
-def http_status(errors: list[dict[str, Any]], *, ran: bool = True) -> int | None:
+def http_status(errors: list[dict[str, Any]], *, ran: bool = True, data: Any = None) -> int | None:
     """The HTTP status a response's errors call for (None: the default 200).
 
     `ran` is False for a request refused before execution answered without `data`
-    (application/graphql-response+json): 400, or 500 where the refusal was a bug."""
+    (application/graphql-response+json): 400, or 500 where the refusal was a bug. UNAVAILABLE
+    is 503 (retry) only when no root field answered: where one did, a mutation's earlier field
+    may have been written, and a client must not send the whole document again."""
     codes = {e.get("extensions", {}).get("code") for e in errors}
     if "UNAUTHENTICATED" in codes:
         return 401
-    if "UNAVAILABLE" in codes:
+    if "UNAVAILABLE" in codes and not (isinstance(data, dict) and any(v is not None for v in data.values())):
         return 503
     if not ran:
         return 500 if "INTERNAL" in codes else 400

@@ -95,6 +95,20 @@ async def test_the_async_client_retries_unavailable_too() -> None:
     assert len(script.requests) == 3
 
 
+def test_unavailable_beside_a_field_that_answered_is_not_retried() -> None:
+    # The document's first mutation was written; its second met a concurrent write and was
+    # rolled back. Sending the document again would write the first one twice.
+    body = {
+        "data": {"a": {"id": "e1"}, "b": None},
+        "errors": [{"message": "rolled back; retry it", "path": ["b"], "extensions": {"code": "UNAVAILABLE"}}],
+    }
+    script = Script(httpx.Response(200, json=body), httpx.Response(200, json={"data": {"a": {"id": "e2"}, "b": None}}))
+    with sync_client(script) as haki, pytest.raises(UnavailableError) as raised:
+        haki.execute("mutation { a: recordEvent(input: {}) { id } b: recordEvent(input: {}) { id } }")
+    assert len(script.requests) == 1
+    assert raised.value.data == {"a": {"id": "e1"}, "b": None}
+
+
 def test_unavailable_is_raised_once_the_tries_are_spent() -> None:
     script = Script(unavailable(retry_after="0"))
     with (

@@ -2,9 +2,10 @@
 
 Both transports send `POST <base_url>/graphql` with `Authorization: Bearer <key>` when a key is
 given, and turn every failure into a `HakiError` (never a silent `None`). Only UNAVAILABLE
-(HTTP 503: the database is down or the server sheds load) is retried: the server refused the call
-before running it, so a retry cannot apply a write twice. Any other error, and a call that got no
-answer at all (which may have run), is raised at once.
+(HTTP 503: the database is down, the server sheds load, or a concurrent write rolled the call's
+back) is retried, and only when no root field answered: nothing of the call was written, so a
+retry cannot apply a write twice. Any other error, an UNAVAILABLE beside data (an earlier field of
+the document ran), and a call that got no answer at all (which may have run), is raised at once.
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ def _retry_wait(retry: RetryPolicy, error: HakiError, failed: int, started: floa
     """Seconds before the next try after `error`; None when it is not retried or no try is left."""
     if not isinstance(error, UnavailableError):
         return None
+    if error.data and any(value is not None for value in error.data.values()):
+        return None  # a root field answered: the document ran in part, and must not run again
     return retry.delay(failed, error.retry_after, time.monotonic() - started)
 
 
