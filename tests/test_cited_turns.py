@@ -91,13 +91,19 @@ def test_on_by_default_and_off_in_the_seed_profile() -> None:
     assert Settings().skip_cited_turns and not Settings(ranking_profile="seed").skip_cited_turns
 
 
-def test_a_record_made_before_the_rule_replays_without_it() -> None:
-    old = settings_records.make_record(Settings(), "m", "s")
-    del old.body["settings"]["skip_cited_turns"]
-    assert not settings_records.settings_with(Settings(), old).skip_cited_turns
-    assert settings_records.settings_with(
-        Settings(), settings_records.make_record(Settings(), "m", "s")
-    ).skip_cited_turns
+def test_a_record_made_before_the_rule_replays_without_it_under_the_same_record() -> None:
+    now = settings_records.make_record(Settings(), "m", "s")
+    assert now.settings["skip_cited_turns"] is True
+    assert settings_records.settings_with(Settings(), now).skip_cited_turns
+    # A record made before the setting existed has no such key: its settings decide without
+    # the rule, and make the same record again (the same id), as seed's do.
+    body = {**now.body, "settings": {k: v for k, v in now.settings.items() if k != "skip_cited_turns"}}
+    before = settings_records.SettingsRecord(now.id, body)
+    replayed = settings_records.settings_with(Settings(), before)
+    assert not replayed.skip_cited_turns
+    assert settings_records.make_record(replayed, "m", "s").body == body
+    seed = settings_records.make_record(Settings(ranking_profile="seed"), "m", "s")
+    assert "skip_cited_turns" not in seed.settings
 
 
 # ---------------------------------------------------------------- through GraphQL

@@ -141,11 +141,17 @@ class SettingsRecord:
 
 
 def make_record(settings: Settings, embedder_name: str, embedder_space: str) -> SettingsRecord:
-    """The record of these settings and this embedder."""
+    """The record of these settings and this embedder.
+
+    A setting of ADDED_LATER is left out while it holds the value that behaves as before it
+    existed: settings that decide as a record made before it decided keep that record's id, so
+    its replay runs under the same record."""
     names = [n for n in DECISION_SETTINGS if n in Settings.model_fields]
+    values = settings.model_dump(mode="json", include=set(names))
+    values = {k: v for k, v in values.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
     body = {
         "version": RECORD_VERSION,
-        "settings": settings.model_dump(mode="json", include=set(names)),
+        "settings": values,
         "embedder": {"name": embedder_name, "space": embedder_space},
     }
     canonical = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
