@@ -7,7 +7,8 @@ ariadne-codegen pins versions of graphql-core and ruff that the server's environ
 have, so it never goes there: this script installs it into its own throwaway virtual environment
 (clients/python/.codegen-venv, ignored by git; `--venv PATH` to put it elsewhere) and runs it
 twice, once for the async operations and once for the sync ones, with the base classes of
-codegen/ (which hand every operation to the client's transport). The two runs must agree on every
+codegen/ (which hand every operation to the client's transport) and its plugin (enums that
+accept a value a newer server adds). The two runs must agree on every
 model; the package keeps one copy of them and both sets of operations. Last, it records the
 SHA-256 of every input in _generated/sources.sha256, which the tests compare with the inputs of
 the day, so a schema change without a regeneration fails with a message naming this script.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -34,6 +36,7 @@ INPUTS = [
     "clients/python/queries.graphql",
     "clients/python/codegen/async_base_client.py",
     "clients/python/codegen/base_client.py",
+    "clients/python/codegen/tolerant_enums.py",
 ]
 HASHES = "sources.sha256"
 
@@ -53,6 +56,7 @@ async_client = {is_async}
 multipart_uploads = false
 include_all_inputs = true
 include_all_enums = true
+plugins = ["tolerant_enums.TolerantEnums"]
 
 [tool.ariadne-codegen.scalars.DateTime]
 type = "datetime.datetime"
@@ -114,7 +118,9 @@ def generate(exe: Path, work: Path, run: str) -> Path:
     out.mkdir()
     config = work / f"{run}.toml"
     config.write_text(CONFIG.format(target=out.as_posix(), **RUNS[run]), encoding="utf-8")
-    subprocess.run([str(exe), "--config", str(config), "client"], cwd=CLIENT_ROOT, check=True)
+    # The plugins live in codegen/, importable by their module names.
+    env = {**os.environ, "PYTHONPATH": str(CLIENT_ROOT / "codegen")}
+    subprocess.run([str(exe), "--config", str(config), "client"], cwd=CLIENT_ROOT, check=True, env=env)
     return out / "_generated"
 
 

@@ -26,6 +26,7 @@ from haki_context_client import (
     UnavailableError,
 )
 from haki_context_client._transport import retry_after_seconds
+from haki_context_client.types import ReasonCode
 
 NO_WAIT = RetryPolicy(attempts=4, base_delay_s=0.0, max_delay_s=0.0, max_total_s=5.0)
 STATS = {
@@ -85,6 +86,15 @@ def test_unavailable_twice_then_an_answer_is_retried_until_it_succeeds() -> None
     assert len(script.requests) == 3
     bodies = [json.loads(r.content) for r in script.requests]
     assert all(b == bodies[0] for b in bodies), "a retry sends the same request"
+
+
+def test_a_value_a_newer_server_added_to_an_enum_is_read_as_it_is() -> None:
+    newer = {"stats": {**STATS["stats"], "reasonCodes": [{"reasonCode": "SOME_NEW_REASON", "count": 2}]}}
+    with sync_client(Script(httpx.Response(200, json={"data": newer}))) as haki:
+        stats = haki.stats()
+    (row,) = stats.reason_codes
+    assert row.reason_code.value == "SOME_NEW_REASON" and row.reason_code == "SOME_NEW_REASON" and row.count == 2
+    assert type(row.reason_code) is ReasonCode and ReasonCode("TOP_SCORE") is ReasonCode.TOP_SCORE
 
 
 async def test_the_async_client_retries_unavailable_too() -> None:
