@@ -66,6 +66,8 @@ def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str |
         return PREFIX + f"the embedder cannot load: {_flat(str(exc))} ({EMBED_PROVIDER} or {MODEL_CACHE_DIR})"
     if name == "EmbedderMismatch":
         return PREFIX + f"{_flat(str(exc))} ({EMBED_PROVIDER})"
+    if name == "ReembedBlocked":  # core.space's: the command gave way to writes too long; it can run again
+        return PREFIX + _flat(str(exc))
     if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
         return PREFIX + f"the database refused: {_first_line(str(exc))} ({database_setting})"
     if isinstance(exc, subprocess.CalledProcessError | subprocess.TimeoutExpired):

@@ -219,3 +219,22 @@ async def test_compared_with_now_a_turn_left_out_for_a_fact_recorded_since_says_
     changed = {c["itemId"]: c for c in data["replay"]["diff"]["changes"]}
     assert changed[turn]["after"]["reasonCode"] == "CITED_BY_FACT"
     assert changed[turn]["why"] == "left out: a fact served now cites this turn"
+
+
+async def test_compared_with_now_a_turn_served_again_once_its_fact_is_retracted_says_so(
+    client: GraphQLClient, subject: str
+) -> None:
+    (turn,) = await record(client, subject, ["I adopted a dog named Rex last May, he is a beagle."])
+    fact = await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn])
+    stored = await context(client, subject, QUESTION, budget=900)
+    assert _episode_reasons(stored, turn) == ["CITED_BY_FACT"]
+    await client.execute("mutation($id: ID!) { retractFact(id: $id) { id } }", {"id": fact["fact"]["id"]})
+    data = await client.execute(
+        "query($id: ID!) { replay(traceId: $id, compareWithNow: true) {"
+        " diff { changes { itemId why after { reasonCode } } } } }",
+        {"id": stored["traceId"]},
+    )
+    changed = {c["itemId"]: c for c in data["replay"]["diff"]["changes"]}
+    assert changed[turn]["after"]["reasonCode"] == "TOP_SCORE"
+    assert changed[turn]["why"] == "no longer left out for a fact citing it"
+    assert changed[fact["fact"]["id"]]["why"].startswith("retracted ")

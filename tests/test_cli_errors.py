@@ -263,3 +263,15 @@ def test_an_embedder_that_cannot_load_is_one_line_naming_the_provider() -> None:
         "haki-context: error: the embedder cannot load: the [torch] extra is not installed:"
         " No module named 'torch' (HAKI_EMBED_PROVIDER or HAKI_MODEL_CACHE_DIR)"
     )
+
+
+def test_a_reembed_that_kept_giving_way_is_one_line_saying_to_run_it_again() -> None:
+    from haki_context.core.space import ReembedBlocked
+    from haki_context.startup_errors import error_line
+
+    line = error_line(
+        ReembedBlocked("re-embedding facts gave way to concurrent writes of the same rows for 300 s; run it again")
+    )
+    assert line == (
+        "haki-context: error: re-embedding facts gave way to concurrent writes of the same rows for 300 s; run it again"
+    )

@@ -187,8 +187,9 @@ def _event_why(c: ItemChange, event: Event | None, then: datetime) -> str | None
     if event.recorded_at > then:
         return f"recorded at {event.recorded_at.isoformat()}, after the call"
     after, before = c.after, c.before
-    if after is not None and after.reason_code is ReasonCode.CITED_BY_FACT:
+    cited_before = before is not None and before.reason_code is ReasonCode.CITED_BY_FACT
+    if after is not None and after.reason_code is ReasonCode.CITED_BY_FACT and not cited_before:
         return "left out: a fact served now cites this turn"
-    if before is not None and before.reason_code is ReasonCode.CITED_BY_FACT and after is not None:
-        return "the fact that cited this turn is not served now"
+    if cited_before and after is not None and after.reason_code is not ReasonCode.CITED_BY_FACT:
+        return "no longer left out for a fact citing it"
     return None

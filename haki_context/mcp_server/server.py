@@ -303,7 +303,7 @@ class MemoryTools:
         (`added`, `removed`, `moved`, `scoreChanged`, `decisionChanged`) and each changed item
         with its `kinds` (ADDED, REMOVED, MOVED, SCORE_CHANGED, DECISION_CHANGED), its decision
         `before` and `after` (with the fact or event), and `why` (e.g. superseded or retracted
-        since, recorded after the call, held in a conflict set now). Writes nothing. NOT_FOUND for
+        since, recorded after the call, held in a conflict set now). Writes no trace. NOT_FOUND for
         a trace unknown, pruned or of a forgotten subject."""
         overrides = None if budget is None else {"budget": budget}
         return await self._run(REPLAY, {"traceId": trace_id, "with": overrides, "now": compare_with_now}, ctx)

@@ -715,8 +715,13 @@
       return `${esc(d.fact.volatility)}: ${h.days} d from ${esc(day(h.base))}, expired ${esc(day(h.end))}`;
     }
     if (d.reasonCode === "CITED_BY_FACT") {
+      // The fact served by score, and ranked above the turn, that cites it.
       const citing = trace.decisions.find(
-        (x) => x.decision === "INCLUDED" && x.fact && x.fact.sourceEvents.some((e) => e.id === d.itemId),
+        (x) =>
+          x.reasonCode === "TOP_SCORE" &&
+          x.fact &&
+          x.score >= d.score &&
+          x.fact.sourceEvents.some((e) => e.id === d.itemId),
       );
       return citing ? `the served fact “${clip(factText(citing.fact), 80)}” cites this turn` : "a served fact cites this turn";
     }
