@@ -4,14 +4,17 @@ never in the `seed` profile, or with HAKI_SKIP_CITED_TURNS=0."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from conftest import GraphQLClient, ProjectClient, client_for, make_settings
 from contextlib_helpers import assert_fact, context, decisions, record
 
-from haki_context.core import settings_records
-from haki_context.core.models import Decision, ReasonCode
+from haki_context.core import replay, settings_records
+from haki_context.core.models import Decision, Event, Fact, FactStatus, ItemKind, ReasonCode, Volatility
+from haki_context.core.packet import TraceDecision
 from haki_context.core.packing import pack_merged, pack_section
+from haki_context.core.replay_diff import ChangeKind, ItemChange
 from haki_context.core.runtime import Runtime
 from haki_context.settings import Settings
 
@@ -238,3 +241,96 @@ async def test_compared_with_now_a_turn_served_again_once_its_fact_is_retracted_
     assert changed[turn]["after"]["reasonCode"] == "TOP_SCORE"
     assert changed[turn]["why"] == "no longer left out for a fact citing it"
     assert changed[fact["fact"]["id"]]["why"].startswith("retracted ")
+
+
+# ---------------------------------------------------------------- a fact whose turns are served
+
+
+def test_a_fact_ranked_below_the_served_turns_it_cites_is_left_out() -> None:
+    facts = [("f1", 0.5, 4, ("e1",)), ("f2", 0.4, 4, ("e1", "e2")), ("f3", 0.3, 4, ("e9",)), ("f4", 0.2, 4, ())]
+    turns = [("t1", 0.8, 4, "e1"), ("t2", 0.1, 4, "e2")]
+    section, _ = pack_merged(
+        facts,
+        turns,
+        lambda i: i[1],
+        lambda i: i[2],
+        100,
+        ReasonCode.TOP_SCORE,
+        cites=lambda f: f[3],
+        cited_as=lambda t: t[3],
+        skip_restated=True,
+    )
+    # f1's only source is served above it; f2's second source only below it; f3's never; f4 cites nothing.
+    assert [(v.item[0], v.reason) for v in section.verdicts] == [
+        ("f1", ReasonCode.SOURCES_SERVED),
+        ("f2", ReasonCode.TOP_SCORE),
+        ("f3", ReasonCode.TOP_SCORE),
+        ("f4", ReasonCode.TOP_SCORE),
+    ]
+
+
+TURN = "I adopted a dog named Rex last May, he is a beagle."
+
+
+async def test_a_fact_whose_turn_is_served_above_it_is_left_out_and_traced(
+    project_client: ProjectClient, subject: str
+) -> None:
+    (turn,) = await record(project_client, subject, [TURN])
+    fact = (await assert_fact(project_client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
+    packet = await context(project_client, subject, f"Ann: {TURN}", budget=900)  # the turn's own text ranks it first
+    assert turn in {e["eventId"] for e in packet["episodes"]}
+    (row,) = decisions(packet, itemKind="FACT", itemId=fact)
+    assert (row["decision"], row["reasonCode"]) == ("EXCLUDED", "SOURCES_SERVED") and row["tokens"] > 0
+    assert packet["facts"] == []
+    stats = await project_client.execute("{ stats { reasonCodes { reasonCode count } } }")
+    assert {"reasonCode": "SOURCES_SERVED", "count": 1} in stats["stats"]["reasonCodes"]
+
+
+async def test_a_fact_whose_turn_is_served_is_kept_when_the_rule_is_off_or_in_seed(
+    runtime: Runtime, migrated: str, client: GraphQLClient, subject: str
+) -> None:
+    (turn,) = await record(client, subject, [TURN])
+    fact = (await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
+    for changes in ({"skip_restated_facts": False}, {"ranking_profile": "seed"}):
+        other = client_for(
+            Runtime(pool=runtime.pool, embedder=runtime.embedder, settings=make_settings(migrated, **changes))
+        )
+        try:
+            packet = await context(other, subject, f"Ann: {TURN}", budget=900)
+        finally:
+            await other.http.aclose()
+        assert fact in {f["id"] for f in packet["facts"]}, changes
+
+
+def _change(before: ReasonCode | None, after: ReasonCode | None, kind: ItemKind) -> ItemChange:
+    def row(code: ReasonCode | None) -> TraceDecision | None:
+        if code is None:
+            return None
+        decided = Decision.INCLUDED if code is ReasonCode.TOP_SCORE else Decision.EXCLUDED
+        return TraceDecision(kind, "x", None, decided, code, 1, 0.5, 0.5, 0.1, 0.9, 0.5, 5)
+
+    return ItemChange(kind, "x", None, (ChangeKind.DECISION_CHANGED,), row(before), row(after), ())
+
+
+def test_compared_with_now_a_change_for_what_was_said_already_says_so() -> None:
+    then = datetime(2026, 1, 2, tzinfo=UTC)
+    fact = Fact(
+        "x", "s", "pet", "Rex", None, FactStatus.ACTIVE, Volatility.STABLE, None, None,
+        then - timedelta(days=1), None, ("e",), None, 1,
+    )  # fmt: skip
+    event = Event("x", "s", "conversation.message", {}, then - timedelta(days=1), then - timedelta(days=1), "")
+    cases = [
+        (ItemKind.FACT, ReasonCode.TOP_SCORE, ReasonCode.SOURCES_SERVED, "left out: the turns it cites are served now"),
+        (ItemKind.FACT, ReasonCode.SOURCES_SERVED, ReasonCode.TOP_SCORE, "no longer left out for the turns it cites"),
+        (
+            ItemKind.EPISODE,
+            ReasonCode.TOP_SCORE,
+            ReasonCode.CITED_BY_FACT,
+            "left out: a fact served now cites this turn",
+        ),
+        (ItemKind.EPISODE, ReasonCode.CITED_BY_FACT, ReasonCode.TOP_SCORE, "no longer left out for a fact citing it"),
+    ]
+    for kind, before, after, why in cases:
+        change = _change(before, after, kind)
+        told = replay._fact_why(change, fact, then) if kind is ItemKind.FACT else replay._event_why(change, event, then)
+        assert told == why, (kind, before, after)

@@ -380,7 +380,7 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
         page.check_clean()
 
 
-async def test_a_turn_left_out_for_a_served_fact_names_the_fact(chromium: str, server: str, tmp_path: Path) -> None:
+async def test_an_item_left_out_as_said_already_names_what_said_it(chromium: str, server: str, tmp_path: Path) -> None:
     subject = new_subject("cited")
     (turn,) = record_events(server, subject, ["I adopted a dog named Rex last May, he is a beagle."])
     assert_fact(server, subject, "pet", "a dog named Rex", sourceEventIds=[turn])
@@ -393,6 +393,17 @@ async def test_a_turn_left_out_for_a_served_fact_names_the_fact(chromium: str, s
         await page.wait(f"!!document.querySelector({json.dumps(row)})", "the turn left out")
         assert "CITED_BY_FACT" in await page.text(row)
         assert await page.text(f"{row} td.detail") == "the served fact “pet: a dog named Rex” cites this turn"
+        page.check_clean()
+
+    # Asked in the turn's own words, the turn ranks first and the fact citing it is left out.
+    turn_first = context(server, subject, "I adopted a dog named Rex last May, he is a beagle.")
+    async with dashboard(chromium, server, tmp_path) as page:
+        await page.open(f"#/trace/{turn_first['traceId']}")
+        row = "#decisions tbody tr.excluded"
+        await page.wait(f"!!document.querySelector({json.dumps(row)})", "the fact left out")
+        assert "SOURCES_SERVED" in await page.text(row)
+        detail = await page.text(f"{row} td.detail")
+        assert detail.startswith("its source turns are served above it: ") and "adopted a dog" in detail, detail
         page.check_clean()
 
 

@@ -192,8 +192,10 @@ async def start_assembly(
                 budget,
                 ReasonCode.TOP_SCORE,
                 lambda i: 0 < gate < i.parts.distance,
-                cites=_sources if s.skip_cited_turns else lambda _: (),
+                cites=_sources,
                 cited_as=_turn_event,
+                skip_cited=s.skip_cited_turns,
+                skip_restated=s.skip_restated_facts,
             )
             facts = replace(facts, section=fact_section)
             hops = pack_section(

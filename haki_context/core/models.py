@@ -75,6 +75,7 @@ class ReasonCode(str, enum.Enum):
     CONFLICT_OPEN = "CONFLICT_OPEN"
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
     CITED_BY_FACT = "CITED_BY_FACT"  # excluded: a conversation turn a served fact cites as its source
+    SOURCES_SERVED = "SOURCES_SERVED"  # excluded: a fact whose every source turn is served above it
 
 
 @dataclass(frozen=True)

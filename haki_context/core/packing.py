@@ -6,9 +6,10 @@ than the budget.
 
 Every section of a packet (facts, multi-hop facts, episodes) is packed the same
 way, by `pack_section` (or two at once by `pack_merged`): items in rank order,
-those past the recall gate set aside (BELOW_RELEVANCE_FLOOR), then a turn a
-served fact cites (CITED_BY_FACT: the fact says it, so its tokens go to other
-memory), the rest taken while they fit (else OVER_BUDGET). The verdicts are the
+those past the recall gate set aside (BELOW_RELEVANCE_FLOOR), then what is said
+already: a turn a served fact cites (CITED_BY_FACT) and, in one ranking, a fact
+whose every source turn is served (SOURCES_SERVED), so the tokens go to other
+memory; the rest taken while they fit (else OVER_BUDGET). The verdicts are the
 decision ladder, in one place.
 """
 
@@ -122,27 +123,37 @@ def pack_merged(
     gated: Callable[[A | B], bool] = lambda _: False,
     cites: Callable[[A], Iterable[str]] = lambda _: (),
     cited_as: Callable[[B], str | None] = lambda _: None,
+    skip_cited: bool = True,
+    skip_restated: bool = False,
 ) -> tuple[Section[A], Section[B]]:
     """Pack two ranked sections (each best first) as one ranking by decreasing `score`, the
     first's item first at a tie: whichever kind answers better takes the budget. Each section's
     verdicts keep its own rank order; both sections' `left` is the budget left after both.
 
-    An item of the second section whose `cited_as` key is among the `cites` keys of the first
-    section's items included before it (ranked higher) is excluded CITED_BY_FACT."""
+    What is said already is left out, whichever of the two ranks lower: with `skip_cited`, an
+    item of the second section whose `cited_as` key is among the `cites` keys of the first
+    section's items included before it is excluded CITED_BY_FACT; with `skip_restated`, an item
+    of the first section whose `cites` keys are all `cited_as` keys of second-section items
+    included before it is excluded SOURCES_SERVED."""
     order = sorted([(-score(a), 0, i) for i, a in enumerate(first)] + [(-score(b), 1, i) for i, b in enumerate(second)])
     decided: list[dict[int, tuple[Decision, ReasonCode]]] = [{}, {}]
-    served_cites: set[str] = set()
+    served_cites: set[str] = set()  # what the first section's included items cite
+    served_keys: set[str] = set()  # the keys of the second section's included items
     for _, which, i in order:
         item: A | B = first[i] if which == 0 else second[i]
         if gated(item):
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR)
-        elif which == 1 and (key := cited_as(second[i])) is not None and key in served_cites:
+        elif skip_cited and which == 1 and (key := cited_as(second[i])) is not None and key in served_cites:
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.CITED_BY_FACT)
+        elif skip_restated and which == 0 and (sources := set(cites(first[i]))) and sources <= served_keys:
+            decided[which][i] = (Decision.EXCLUDED, ReasonCode.SOURCES_SERVED)
         elif (c := cost(item)) <= budget_left:
             budget_left -= c
             decided[which][i] = (Decision.INCLUDED, included)
             if which == 0:
                 served_cites.update(cites(first[i]))
+            elif (key := cited_as(second[i])) is not None:
+                served_keys.add(key)
         else:
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.OVER_BUDGET)
     return _section(first, decided[0], budget_left), _section(second, decided[1], budget_left)

@@ -170,6 +170,11 @@ def _fact_why(c: ItemChange, fact: Fact | None, then: datetime) -> str | None:
         )
     if before is not None and before.reason_code is ReasonCode.CONFLICT_OPEN and after is not None:
         return "its conflict set was resolved or dismissed since"
+    restated_before = before is not None and before.reason_code is ReasonCode.SOURCES_SERVED
+    if after is not None and after.reason_code is ReasonCode.SOURCES_SERVED and not restated_before:
+        return "left out: the turns it cites are served now"
+    if restated_before and after is not None and after.reason_code is not ReasonCode.SOURCES_SERVED:
+        return "no longer left out for the turns it cites"
     if after is not None and after.reason_code is ReasonCode.VOLATILITY_EXPIRED:
         return "past its volatility horizon now"
     if fact.valid_to is not None and fact.valid_to <= datetime.now(UTC) and after is None:

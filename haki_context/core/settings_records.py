@@ -44,6 +44,7 @@ DECISION_SETTINGS = (
     "speaker_boost",
     "packing",
     "skip_cited_turns",
+    "skip_restated_facts",
     "date_boost",
     "neighbour_weight",
     "neighbour_window_s",
@@ -71,7 +72,7 @@ DECISION_SETTINGS = (
 
 # Decision settings added after records were first kept, with the value that behaves as the
 # server did before: a record without one ran without the rule, and its replay does too.
-ADDED_LATER: dict[str, Any] = {"skip_cited_turns": False}
+ADDED_LATER: dict[str, Any] = {"skip_cited_turns": False, "skip_restated_facts": False}
 
 # Settings that change how the server runs, never what a call decides.
 OPERATIONAL_SETTINGS = (

@@ -16,6 +16,7 @@ REASON_COLUMNS: dict[str, str] = {
     "CONFLICT_OPEN": "n_conflict_open",
     "VOLATILITY_EXPIRED": "n_volatility_expired",
     "CITED_BY_FACT": "n_cited_by_fact",
+    "SOURCES_SERVED": "n_sources_served",
 }
 
 # The decision columns, as named by core.packet.TraceDecision's fields, with their SQL types.

@@ -725,6 +725,12 @@
       );
       return citing ? `the served fact “${clip(factText(citing.fact), 80)}” cites this turn` : "a served fact cites this turn";
     }
+    if (d.reasonCode === "SOURCES_SERVED" && d.fact) {
+      const cited = new Set(d.fact.sourceEvents.map((e) => e.id));
+      const served = trace.decisions.filter((x) => x.itemKind === "EPISODE" && x.decision === "INCLUDED" && cited.has(x.itemId));
+      const links = served.map((x) => `<a href="#/event/${enc(x.itemId)}">${esc(x.event ? clip(x.event.excerpt, 60) : x.itemId)}</a>`);
+      return `its source turns are served above it: ${links.join(", ") || "(not readable)"}`;
+    }
     if (d.reasonCode === "OVER_BUDGET") return `needed ${d.tokens} tokens`;
     if (d.reasonCode === "BELOW_RELEVANCE_FLOOR") return `distance ${num(d.distance)} past the recall gate`;
     if (d.reasonCode === "MULTI_HOP_EXPANSION") return `via ${esc(d.viaEntity)}`;

@@ -168,6 +168,7 @@ class ReasonCode(str, Enum):
     CONFLICT_OPEN = "CONFLICT_OPEN"
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
     CITED_BY_FACT = "CITED_BY_FACT"
+    SOURCES_SERVED = "SOURCES_SERVED"
 
     @classmethod
     def _missing_(cls, value: object) -> "typing.Any":
