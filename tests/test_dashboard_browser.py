@@ -541,8 +541,15 @@ async def test_resolving_a_conflict_in_the_subject_view_changes_the_next_context
         card = f"#open-conflicts [data-conflict='{conflict}']"
         await page.wait(f"!!document.querySelector({json.dumps(card)})", "the open conflict")
         await page.wait("document.querySelectorAll('#facts-active tbody tr[data-fact]').length >= 4", "the facts")
-        assert "Europe/Berlin" in await page.text("#facts-superseded")
-        assert "I moved to Lisbon" in await page.text("#events")
+        # Each list loads on its own: wait for each.
+        await page.wait(
+            "document.querySelector('#facts-superseded')?.innerText ?? ''",
+            "the superseded facts",
+            lambda t: "Europe/Berlin" in t,
+        )
+        await page.wait(
+            "document.querySelector('#events')?.innerText ?? ''", "the events", lambda t: "I moved to Lisbon" in t
+        )
         await page.screenshot("dashboard-subject")
 
         await page.click(f"{card} button.keep[data-keep='{new['fact']['id']}']")
@@ -577,7 +584,9 @@ async def test_dismissing_a_conflict_in_the_subject_view_serves_its_facts_again(
         await page.wait(f"!!document.querySelector({json.dumps(card)})", "the open conflict")
         await page.click(f"{card} button.dismiss")
         await wait_for(lambda: page.text("#last-action"), "the dismissal", lambda s: s.startswith("Conflict dismissed"))
-        assert "DISMISSED" in await page.text("#closed-conflicts")
+        await page.wait(
+            "document.querySelector('#closed-conflicts')?.innerText ?? ''", "the closed set", lambda t: "DISMISSED" in t
+        )
         page.check_clean()
     after = context(server, subject, "What does the user eat?")
     assert {f["id"] for f in after["facts"]} == {first["fact"]["id"], second["fact"]["id"]}, after
