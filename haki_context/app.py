@@ -116,6 +116,11 @@ class HakiGraphQL(GraphQL):
         if isinstance(request, Request) and request.method == "POST" and _response_type(request) is None:
             refusal = BadRequest(f"the Accept header admits no type this server answers in: {ACCEPTABLE}")
             return error_response(refusal, status_code=406)
+        if isinstance(request, Request) and request.method == "GET" and "query" in request.query_params:
+            # Operations run on POST only (the key is read before the body there); answered in
+            # the GraphQL shape with a code, not Strawberry's plain-text 400.
+            refusal = BadRequest("GraphQL operations are answered on POST /graphql; GET /graphql serves GraphiQL")
+            return error_response(refusal)
         return await super().run(request, context, root_value)
 
     async def get_sub_response(self, request: Any) -> Response:

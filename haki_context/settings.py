@@ -109,7 +109,6 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
         "date_boost": 0.0,
         "neighbour_weight": 0.0,
         "skip_cited_turns": False,
-        "skip_restated_facts": False,
     },
 }
 
@@ -216,8 +215,8 @@ class Settings(BaseSettings):
     """How facts and episodes share the budget: merged (one ranking) or sections (facts first)."""
     skip_cited_turns: bool = True
     """Leave out a conversation turn a served fact cites as its source (CITED_BY_FACT): the fact says it, so the budget goes to other memory."""
-    skip_restated_facts: bool = True
-    """Leave out a fact whose every source is a turn served above it (SOURCES_SERVED): the turns say it in their own words."""
+    skip_restated_facts: bool = False
+    """Leave out a fact whose every source is a turn served above it (SOURCES_SERVED): the turns say it in their own words. Off: an agent reading the packet's facts would miss it."""
     date_boost: float = 0.3
     """Added to a fact's or turn's score when it is dated in the month or day the query names (0: off)."""
     neighbour_weight: float = 0.25

@@ -4,10 +4,11 @@ never in the `seed` profile, or with HAKI_SKIP_CITED_TURNS=0."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from conftest import GraphQLClient, ProjectClient, client_for, make_settings
+from conftest import GraphQLClient, ProjectClient, client_for, make_settings, new_project_key
 from contextlib_helpers import assert_fact, context, decisions, record
 
 from haki_context.core import replay, settings_records
@@ -272,26 +273,35 @@ def test_a_fact_ranked_below_the_served_turns_it_cites_is_left_out() -> None:
 TURN = "I adopted a dog named Rex last May, he is a beagle."
 
 
-async def test_a_fact_whose_turn_is_served_above_it_is_left_out_and_traced(
-    project_client: ProjectClient, subject: str
+async def test_with_the_rule_on_a_fact_whose_turn_is_served_above_it_is_left_out_and_traced(
+    runtime: Runtime, migrated: str, subject: str
 ) -> None:
-    (turn,) = await record(project_client, subject, [TURN])
-    fact = (await assert_fact(project_client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
-    packet = await context(project_client, subject, f"Ann: {TURN}", budget=900)  # the turn's own text ranks it first
-    assert turn in {e["eventId"] for e in packet["episodes"]}
-    (row,) = decisions(packet, itemKind="FACT", itemId=fact)
-    assert (row["decision"], row["reasonCode"]) == ("EXCLUDED", "SOURCES_SERVED") and row["tokens"] > 0
-    assert packet["facts"] == []
-    stats = await project_client.execute("{ stats { reasonCodes { reasonCode count } } }")
-    assert {"reasonCode": "SOURCES_SERVED", "count": 1} in stats["stats"]["reasonCodes"]
+    project = f"project-{uuid.uuid4().hex[:12]}"
+    key = await new_project_key(runtime, project)
+    settings = make_settings(migrated, skip_restated_facts=True)
+    base = client_for(Runtime(pool=runtime.pool, embedder=runtime.embedder, settings=settings))
+    client = ProjectClient(base.http, key, project)  # a project of its own: its stats are this test's
+    try:
+        (turn,) = await record(client, subject, [TURN])
+        fact = (await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
+        packet = await context(client, subject, f"Ann: {TURN}", budget=900)  # the turn's own words rank it first
+        assert turn in {e["eventId"] for e in packet["episodes"]}
+        (row,) = decisions(packet, itemKind="FACT", itemId=fact)
+        assert (row["decision"], row["reasonCode"]) == ("EXCLUDED", "SOURCES_SERVED") and row["tokens"] > 0
+        assert packet["facts"] == []
+        stats = await client.execute("{ stats { reasonCodes { reasonCode count } } }")
+        assert {"reasonCode": "SOURCES_SERVED", "count": 1} in stats["stats"]["reasonCodes"]
+    finally:
+        await base.http.aclose()
 
 
-async def test_a_fact_whose_turn_is_served_is_kept_when_the_rule_is_off_or_in_seed(
+async def test_by_default_and_in_seed_a_fact_whose_turn_is_served_is_kept(
     runtime: Runtime, migrated: str, client: GraphQLClient, subject: str
 ) -> None:
+    assert not Settings().skip_restated_facts and not Settings(ranking_profile="seed").skip_restated_facts
     (turn,) = await record(client, subject, [TURN])
     fact = (await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
-    for changes in ({"skip_restated_facts": False}, {"ranking_profile": "seed"}):
+    for changes in ({}, {"ranking_profile": "seed"}):
         other = client_for(
             Runtime(pool=runtime.pool, embedder=runtime.embedder, settings=make_settings(migrated, **changes))
         )
@@ -300,6 +310,7 @@ async def test_a_fact_whose_turn_is_served_is_kept_when_the_rule_is_off_or_in_se
         finally:
             await other.http.aclose()
         assert fact in {f["id"] for f in packet["facts"]}, changes
+        assert turn in {e["eventId"] for e in packet["episodes"]}, changes
 
 
 def _change(before: ReasonCode | None, after: ReasonCode | None, kind: ItemKind) -> ItemChange:

@@ -395,10 +395,16 @@ async def test_an_item_left_out_as_said_already_names_what_said_it(chromium: str
         assert await page.text(f"{row} td.detail") == "the served fact “pet: a dog named Rex” cites this turn"
         page.check_clean()
 
-    # Asked in the turn's own words, the turn ranks first and the fact citing it is left out.
+    # Asked in the turn's own words, the turn ranks first; with HAKI_SKIP_RESTATED_FACTS (off by
+    # default; here a persisted replay under it) the fact citing it is left out.
     turn_first = context(server, subject, "I adopted a dog named Rex last May, he is a beagle.")
+    replayed = gql(
+        server,
+        "query($id: ID!, $w: ReplayOverrides) { replay(traceId: $id, with: $w, persist: true) { packet { traceId } } }",
+        {"id": turn_first["traceId"], "w": {"settings": {"skip_restated_facts": True}}},
+    )["replay"]["packet"]["traceId"]
     async with dashboard(chromium, server, tmp_path) as page:
-        await page.open(f"#/trace/{turn_first['traceId']}")
+        await page.open(f"#/trace/{replayed}")
         row = "#decisions tbody tr.excluded"
         await page.wait(f"!!document.querySelector({json.dumps(row)})", "the fact left out")
         assert "SOURCES_SERVED" in await page.text(row)

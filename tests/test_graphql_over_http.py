@@ -75,6 +75,16 @@ async def test_the_response_type_follows_the_accept_header(
     assert response.json() == {"data": {"__typename": "Query"}}
 
 
+@pytest.mark.parametrize("query", ["{ __typename }", 'mutation { retractFact(id: "x") { id } }'])
+async def test_an_operation_sent_with_get_is_refused_in_the_graphql_shape(http: httpx.AsyncClient, query: str) -> None:
+    response = await http.get("/graphql", params={"query": query})
+    assert response.status_code == 400, response.text
+    error = response.json()["errors"][0]
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "POST /graphql" in error["message"]
+    graphiql = await http.get("/graphql", headers={"accept": "text/html"})
+    assert graphiql.status_code == 200 and "graphiql" in graphiql.text.lower()  # a GET without a query: the IDE
+
+
 async def test_an_accept_header_that_admits_neither_type_is_406(http: httpx.AsyncClient) -> None:
     for accept in ("text/html", f"{JSON};q=0, {GRAPHQL_RESPONSE};q=0", f"{JSON}; charset=latin1"):
         response = await post(http, {"query": "{ __typename }"}, accept)

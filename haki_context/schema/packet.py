@@ -45,7 +45,10 @@ class TraceDecision:
     chunk: int | None = strawberry.field(description="For an episode: its chunk position; null for facts.")
     decision: Decision = strawberry.field(description="INCLUDED, EXCLUDED or BLOCKED.")
     reason_code: ReasonCode = strawberry.field(description="Why.")
-    rank: int | None = strawberry.field(description="1-based position in score order; null for blocked items.")
+    rank: int | None = strawberry.field(
+        description="1-based position in score order within its kind: facts (multi-hop facts numbered after them),"
+        " and episodes on their own; null for blocked items."
+    )
     score: float | None = strawberry.field(description="Hybrid score; null for blocked items.")
     similarity: float | None = strawberry.field(description="1 - cosine distance.")
     full_text: float | None = strawberry.field(

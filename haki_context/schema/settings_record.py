@@ -13,7 +13,9 @@ from ..core.settings_records import SettingsRecord
     description="Every setting that changes a context call's decisions, and the embedder, as the call ran under them.",
 )
 class SettingsRecordType:
-    id: strawberry.ID = strawberry.field(description="The SHA-256 (32 hex characters) of the record's canonical JSON.")
+    id: strawberry.ID = strawberry.field(
+        description="The first 32 hex characters of the SHA-256 of the record's canonical JSON."
+    )
     ranking_profile: str = strawberry.field(description='The ranking profile named, e.g. "default" or "seed".')
     values: JSON = strawberry.field(
         description="Each decision setting by name (snake_case, as HAKI_<NAME> sets it) and its value."
