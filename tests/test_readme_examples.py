@@ -28,7 +28,8 @@ import pytest
 README = Path(__file__).resolve().parent.parent / "README.md"
 EXAMPLE = re.compile(r"<!-- example: (\w+) -->\s*\n```[\w-]*\n(.*?)\n```", re.DOTALL)
 ADDRESS = "127.0.0.1:8000"
-SUBJECT = "user-42"
+# The subject of each example: the Python one is another, so that running both records each session once.
+SUBJECTS = {"curl": "user-42", "python": "user-43"}
 
 
 def examples() -> dict[str, str]:
@@ -43,8 +44,8 @@ def examples() -> dict[str, str]:
 def test_readme_marks_both_examples() -> None:
     blocks = examples()
     assert set(blocks) == {"curl", "python"}
-    for body in blocks.values():
-        assert ADDRESS in body and SUBJECT in body
+    for kind, body in blocks.items():
+        assert ADDRESS in body and SUBJECTS[kind] in body
 
 
 def _free_port() -> int:
@@ -92,10 +93,10 @@ def server(migrated: str) -> Iterator[str]:
             process.wait()
 
 
-def _adapt(body: str, address: str) -> tuple[str, str]:
-    """The block for this server and a fresh subject, and that subject."""
+def _adapt(kind: str, address: str) -> tuple[str, str]:
+    """The README's `kind` block for this server and a fresh subject, and that subject."""
     subject = f"readme-{uuid.uuid4().hex[:12]}"
-    return body.replace(ADDRESS, address).replace(SUBJECT, subject), subject
+    return examples()[kind].replace(ADDRESS, address).replace(SUBJECTS[kind], subject), subject
 
 
 def _documents(output: str) -> list[dict[str, Any]]:
@@ -113,7 +114,7 @@ def _documents(output: str) -> list[dict[str, Any]]:
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
 def test_readme_curl_session(server: str) -> None:
-    script, _ = _adapt(examples()["curl"], server)
+    script, _ = _adapt("curl", server)
     done = subprocess.run(["bash", "-eu", "-o", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     responses = _documents(done.stdout)
@@ -132,7 +133,7 @@ def test_readme_curl_session(server: str) -> None:
 
 
 def test_readme_python_session(server: str, tmp_path: Path) -> None:
-    script, _ = _adapt(examples()["python"], server)
+    script, _ = _adapt("python", server)
     path = tmp_path / "session.py"
     path.write_text(script, encoding="utf-8")
     # The example imports the Python client as its README says to install it; here, from its sources.
