@@ -24,11 +24,13 @@ FACTS = [("f1", 0.9, 4, ("e1",)), ("f2", 0.3, 4, ("e3",))]
 TURNS = [("t1", 0.8, 4, "e1"), ("t2", 0.6, 4, "e2"), ("t3", 0.4, 4, "e3")]
 
 
-def _merged(
-    budget: int, turns: list[tuple[str, float, int, str | None]] = TURNS
-) -> list[tuple[str, Decision, ReasonCode]]:
-    _, section = pack_merged(
-        FACTS,
+Item = tuple[str, float, int, Any]  # (name, score, tokens, cited events or the whole turn's event)
+
+
+def _pack(budget: int, facts: list[Item] = FACTS, turns: list[Item] = TURNS, **flags: bool) -> tuple[Any, Any]:
+    """Facts and turns packed as one ranking, each item's citations as given."""
+    return pack_merged(
+        facts,
         turns,
         lambda i: i[1],
         lambda i: i[2],
@@ -36,7 +38,12 @@ def _merged(
         ReasonCode.TOP_SCORE,
         cites=lambda f: f[3],
         cited_as=lambda t: t[3],
+        **flags,
     )
+
+
+def _merged(budget: int, turns: list[Item] = TURNS) -> list[tuple[str, Decision, ReasonCode]]:
+    _, section = _pack(budget, turns=turns)
     return [(v.item[0], v.decision, v.reason) for v in section.verdicts]
 
 
@@ -56,16 +63,7 @@ def test_a_turn_ranked_below_a_served_fact_citing_it_is_left_out_and_its_budget_
 
 
 def test_a_turn_ranked_above_the_fact_citing_it_is_served_and_so_is_the_fact() -> None:
-    facts, _ = pack_merged(
-        FACTS,
-        TURNS,
-        lambda i: i[1],
-        lambda i: i[2],
-        100,
-        ReasonCode.TOP_SCORE,
-        cites=lambda f: f[3],
-        cited_as=lambda t: t[3],
-    )
+    facts, _ = _pack(100)
     assert [f[0] for f in facts.kept] == ["f1", "f2"]
     assert ("t3", Decision.INCLUDED, ReasonCode.TOP_SCORE) in _merged(100)  # t3 (0.4) before f2 (0.3), which cites it
 
@@ -250,17 +248,7 @@ async def test_compared_with_now_a_turn_served_again_once_its_fact_is_retracted_
 def test_a_fact_ranked_below_the_served_turns_it_cites_is_left_out() -> None:
     facts = [("f1", 0.5, 4, ("e1",)), ("f2", 0.4, 4, ("e1", "e2")), ("f3", 0.3, 4, ("e9",)), ("f4", 0.2, 4, ())]
     turns = [("t1", 0.8, 4, "e1"), ("t2", 0.1, 4, "e2")]
-    section, _ = pack_merged(
-        facts,
-        turns,
-        lambda i: i[1],
-        lambda i: i[2],
-        100,
-        ReasonCode.TOP_SCORE,
-        cites=lambda f: f[3],
-        cited_as=lambda t: t[3],
-        skip_restated=True,
-    )
+    section, _ = _pack(100, facts, turns, skip_restated=True)
     # f1's only source is served above it; f2's second source only below it; f3's never; f4 cites nothing.
     assert [(v.item[0], v.reason) for v in section.verdicts] == [
         ("f1", ReasonCode.SOURCES_SERVED),
