@@ -63,6 +63,23 @@ async def test_occurred_at_defaults_to_the_recording_time(client: GraphQLClient,
     assert event["payload"] == [1, 2]
 
 
+async def test_a_conversation_recorded_in_one_call_keeps_its_order(client: GraphQLClient, subject: str) -> None:
+    texts = ["Where do you live?", "In Lisbon.", "Since when?", "Since May."]
+    recorded = (
+        await client.execute(
+            "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id occurredAt recordedAt } }",
+            {"i": [{"subjectId": subject, "kind": "conversation.message", "payload": {"text": t}} for t in texts]},
+        )
+    )["recordEvents"]
+    times = [e["occurredAt"] for e in recorded]
+    assert times == sorted(times) and len(set(times)) == 4  # a microsecond apart, in the order given
+    assert times[-1] == recorded[-1]["recordedAt"]
+    listed = await client.execute(
+        "query($s: String!) { events(subjectId: $s) { edges { node { id } } } }", {"s": subject}
+    )
+    assert [e["node"]["id"] for e in listed["events"]["edges"]] == [e["id"] for e in reversed(recorded)]
+
+
 async def test_excerpt_is_cut_to_300_characters(client: GraphQLClient, subject: str) -> None:
     event = (
         await client.execute(RECORD, {"input": {"subjectId": subject, "kind": "note", "payload": {"text": "w " * 400}}})

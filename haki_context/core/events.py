@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..db import events as db_events
@@ -67,6 +67,13 @@ async def _write(
                 await pending
 
 
+def _in_order(now: datetime, index: int, count: int) -> datetime:
+    """When an event given without occurredAt occurred: when it was recorded, and in a batch a
+    microsecond before the next one, so a conversation recorded in one call keeps its order
+    wherever events are listed by time (the last one at `now`, none after it)."""
+    return now - timedelta(microseconds=count - 1 - index)
+
+
 async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) -> list[Event]:
     """Validate every input first, then embed and write everything in one transaction (all or nothing)."""
     if len(inputs) > MAX_BATCH:
@@ -89,7 +96,7 @@ async def record_events(rt: Runtime, project_id: str, inputs: list[EventInput]) 
             subject_id=item.subject_id,
             kind=item.kind,
             payload=item.payload,
-            occurred_at=item.occurred_at or now,
+            occurred_at=item.occurred_at or _in_order(now, index, len(inputs)),
             recorded_at=now,
             excerpt=event_excerpt(item.kind, item.payload, limit),
         )

@@ -15,7 +15,9 @@ class EventInput:
     subject_id: str = strawberry.field(description="The subject (1..128 characters).")
     kind: str = strawberry.field(description='e.g. "conversation.message" (1..128 characters).')
     payload: JSON = strawberry.field(description="Any JSON, at most 256 KiB serialized.")
-    occurred_at: datetime | None = strawberry.field(default=None, description="Default: now.")
+    occurred_at: datetime | None = strawberry.field(
+        default=None, description="Default: when it is recorded (in a batch, a microsecond apart in the order given)."
+    )
 
 
 @strawberry.input(description="A fact to write about a subject.")

@@ -20,7 +20,7 @@ class EventInput(BaseModel):
     payload: Any
     "Any JSON, at most 256 KiB serialized."
     occurred_at: Optional[datetime] = Field(alias="occurredAt", default=None)
-    "Default: now."
+    "Default: when it is recorded (in a batch, a microsecond apart in the order given)."
 
 
 class FactInput(BaseModel):
