@@ -81,3 +81,27 @@ async def test_a_reembed_batch_gives_way_to_a_forget_holding_its_rows_in_another
         await forget.close()
         await pool.close()
         embedder.close()
+
+
+async def test_a_batch_that_keeps_giving_way_stops_the_command_with_its_reason(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from haki_context.core import space
+
+    monkeypatch.setattr(space, "_GIVE_UP_S", 0.3)
+    embedder = Embedder(HashingEncoder())
+    pool = await open_pool(dsn, Settings(), min_size=1, max_size=3)
+    holder = await asyncpg.connect(dsn)
+    try:
+        async with pool.acquire() as conn:
+            await insert_fact(conn, uuid.uuid4(), "held", embedder)
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute("SELECT 1 FROM facts FOR UPDATE")  # held for as long as the test lasts
+        with pytest.raises(space.ReembedBlocked, match="gave way to concurrent writes"):
+            await reembed(pool, embedder, batch_size=10)
+        await transaction.rollback()
+    finally:
+        await holder.close()
+        await pool.close()
+        embedder.close()
