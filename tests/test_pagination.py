@@ -123,8 +123,9 @@ async def test_events_pages_cover_every_event_once_latest_first(client: GraphQLC
 
 
 async def test_events_with_the_same_time_page_without_repeats_or_skips(client: GraphQLClient, subject: str) -> None:
-    # A batch shares one occurredAt (the recording time): the id breaks the tie.
-    inputs = [{"subjectId": subject, "kind": "note", "payload": {"i": i}} for i in range(9)]
+    # Events given the same occurredAt: the id breaks the tie.
+    same = "2026-05-01T10:30:00+00:00"
+    inputs = [{"subjectId": subject, "kind": "note", "payload": {"i": i}, "occurredAt": same} for i in range(9)]
     events = (
         await client.execute(
             "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }", {"inputs": inputs}
