@@ -7,6 +7,7 @@ gives the real all-MiniLM-L6-v2 for those that do.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import uuid
@@ -25,6 +26,18 @@ from haki_context.core.runtime import Runtime, open_pool
 from haki_context.db import embedded, migrate
 from haki_context.db.pool import init_connection, keep_session
 from haki_context.settings import EmbedProvider, Settings
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """A test that runs the command line in process configures the root logger on its own
+    captured stderr (logging.basicConfig(force=True)); the logger is put back after it, so no
+    later record is written to that stream once it is closed."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
