@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +32,7 @@ from haki_context.core.replay_diff import ChangeKind, diff
 from haki_context.settings import Settings
 
 from . import latency_texts
-from .latency_common import DEFAULT_OUT, PROJECT, SUBJECT, Config, log
+from .latency_common import DEFAULT_OUT, PROJECT, SUBJECT, Config, dated_result, log, write_result
 from .latency_databases import create_database, database_dsn, prepare, seeded
 
 WARMUP = 10
@@ -108,13 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=200)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
-    result = asyncio.run(run(a.database_url, a.n, a.pairs))
-    result["measured_at"] = datetime.now(UTC).isoformat()
-    a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"as-of-{datetime.now(UTC):%Y-%m-%d}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
-    print(f"wrote {path}")
+    write_result(asyncio.run(run(a.database_url, a.n, a.pairs)), dated_result("as-of", a.out))
     return 0
 
 

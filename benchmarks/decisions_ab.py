@@ -19,11 +19,10 @@ import argparse
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .latency_common import DEFAULT_OUT, REPO_ROOT
+from .latency_common import REPO_ROOT, dated_result, write_result
 from .revision_ab import worktree
 
 # Run in each tree (its own haki_context on sys.path first): the decisions of each question as JSON.
@@ -101,13 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         "compared": ["item", "decision", "reason", "rank", *names],
         "identical": identical,
         "share_identical": identical / a.questions,
-        "measured_at": datetime.now(UTC).isoformat(),
     }
-    out = a.out or DEFAULT_OUT / f"decisions-ab-{datetime.now(UTC):%Y-%m-%d}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
-    print(f"wrote {out}")
+    write_result(result, a.out or dated_result("decisions-ab"))
     return 0
 
 

@@ -4,12 +4,14 @@ configuration, distinct questions, and the summary of a distribution of millisec
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,20 @@ INGEST_SUBJECT = "bench-ingest"
 
 def log(message: str) -> None:
     print(f"[{datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def dated_result(harness: str, out: Path = DEFAULT_OUT) -> Path:
+    """Where a harness's figures go: `<out>/<harness>-<UTC date>.json` (the latest of a day kept)."""
+    return out / f"{harness}-{datetime.now(UTC):%Y-%m-%d}.json"
+
+
+def write_result(result: dict[str, Any], path: Path) -> None:
+    """Write a harness's figures to `path` as JSON, stamped with when they were measured, and print them."""
+    result.setdefault("measured_at", datetime.now(UTC).isoformat())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    print(f"wrote {path}")
 
 
 @dataclass

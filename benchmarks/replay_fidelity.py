@@ -18,15 +18,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from haki_context.settings import Settings
 
+from .latency_common import dated_result, write_result
 from .locomo import events, load_conversations
 from .quality import (
     ASSERT_MUTATION,
@@ -136,12 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     result = asyncio.run(run(a.data, a.database_url, a.compare_sample))
-    result["measured_at"] = datetime.now(UTC).isoformat()
-    a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"replay-fidelity-{datetime.now(UTC):%Y-%m-%d}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
-    print(f"wrote {path}")
+    write_result(result, dated_result("replay-fidelity", a.out))
     return 0
 
 

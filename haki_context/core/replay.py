@@ -77,8 +77,7 @@ async def replay(
 
     recorded = None
     if original.settings_id is not None:
-        async with rt.pool.acquire() as conn:
-            recorded = await settings_records.load(conn, project_id, original.settings_id)
+        recorded = await settings_records.by_id(rt, project_id, original.settings_id)
     if wanted.current_settings:
         notes.append("replayed under the server's current settings, not the recorded ones")
         recorded = None

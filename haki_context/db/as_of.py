@@ -42,7 +42,10 @@ from .retrieval import (
     FactRow,
     SearchParams,
     _fact_row,
+    _multi_hop_args,
+    _rank_args,
     chunk_row,
+    fact_candidates_of,
 )
 
 _FACT_COLUMNS = ", ".join(f"f.{c}" for c in _FACT_COLUMN_NAMES)
@@ -259,10 +262,6 @@ _FACT_TEXTS = {rank: _fact_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
 _EPISODE_TEXTS = {rank: _episode_candidates_sql(rank) for rank in FULL_TEXT_RANKS}
 
 
-def _rank_args(p: SearchParams) -> tuple[int, ...]:
-    return (p.lexeme_rows,) if p.full_text_rank == "idf" else ()
-
-
 async def fact_candidates(conn: asyncpg.Connection, p: SearchParams, top_k: int, blocked_limit: int) -> FactCandidates:
     """As db/retrieval.fact_candidates, at the instant `p.now`, by the exact plan."""
     args: tuple[Any, ...] = (
@@ -279,10 +278,7 @@ async def fact_candidates(conn: asyncpg.Connection, p: SearchParams, top_k: int,
         *_rank_args(p),
     )
     rows = await conn.fetch(_FACT_TEXTS[p.full_text_rank], *args)
-    candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
-    blocked_rows = [r for r in rows if r["role"] == "B"]
-    total = int(blocked_rows[0]["blocked_total"]) if blocked_rows else 0
-    return FactCandidates(candidates, [_fact_row(r) for r in blocked_rows], total, None)
+    return fact_candidates_of(rows, None)
 
 
 async def episode_candidates(
@@ -313,20 +309,8 @@ async def multi_hop(
     read_rows: int,
 ) -> list[tuple[str, FactRow]]:
     """As db/retrieval.multi_hop, at the instant `p.now`."""
-    rows = await conn.fetch(
-        MULTI_HOP_SQL,
-        p.project_id,
-        p.subject_id,
-        p.vector,
-        entities,
-        p.now,
-        exclude_ids,
-        per_entity,
-        p.max_lexemes,
-        p.horizon_volatile_s,
-        p.horizon_ephemeral_s,
-        read_rows,
-    )
+    # The same parameters as db/retrieval.MULTI_HOP_SQL's: its $5 (now) is the instant here.
+    rows = await conn.fetch(MULTI_HOP_SQL, *_multi_hop_args(p, entities, exclude_ids, per_entity, read_rows))
     return [(r["entity"], _fact_row(r)) for r in rows]
 
 

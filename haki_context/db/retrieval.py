@@ -594,10 +594,15 @@ async def fact_candidates(conn: asyncpg.Connection, p: SearchParams, top_k: int,
     """Phase 1 and 2 in one statement: the union of vector and full-text top-k, scored
     components for each, plus the scope's facts held in OPEN conflict sets."""
     rows = await conn.fetch(candidates_text("facts", p), *_fact_args(p, top_k, blocked_limit))
+    return fact_candidates_of(rows, bool(rows[0]["own_index"]) if rows else None)
+
+
+def fact_candidates_of(rows: list[asyncpg.Record], own_index: bool | None) -> FactCandidates:
+    """A fact candidates statement's rows read: the candidates (role C, with whether each is past
+    its volatility horizon) and the blocked facts (role B, with how many there are in all)."""
     candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
     blocked_rows = [r for r in rows if r["role"] == "B"]
     total = int(blocked_rows[0]["blocked_total"]) if blocked_rows else 0
-    own_index = bool(rows[0]["own_index"]) if rows else None
     return FactCandidates(candidates, [_fact_row(r) for r in blocked_rows], total, own_index)
 
 
