@@ -19,7 +19,7 @@ import socket
 import sys
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -32,7 +32,7 @@ from .core.errors import HakiError
 from .db import embedded, migrate
 from .db import keys as db_keys
 from .db.keys import DEFAULT_SCOPES
-from .settings import EmbedProvider, LogLevel, Settings, load_settings
+from .settings import EmbedProvider, LogLevel, Settings, load_settings, unknown_settings
 from .startup_errors import (
     DATA_DIR,
     DATABASE_URL,
@@ -290,9 +290,19 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
                 )
                 print(new.plain)
             elif args.keys_command == "list":
-                for k in await db_keys.list_keys(conn, args.project):
-                    state = f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active"
-                    print(f"{k.key_id}  {k.project_id}  {k.prefix}...  {k.name or '-'}  {state}  {','.join(k.scopes)}")
+                rows = [
+                    [
+                        str(k.key_id),
+                        k.project_id,
+                        f"{k.prefix}...",
+                        k.name or "-",
+                        f"revoked {k.revoked_at.isoformat()}" if k.revoked_at else "active",
+                        ",".join(k.scopes),
+                    ]
+                    for k in await db_keys.list_keys(conn, args.project)
+                ]
+                for line in _table(["ID", "PROJECT", "PREFIX", "NAME", "STATE", "SCOPES"], rows):
+                    print(line)
             elif args.keys_command == "revoke":
                 if not await db_keys.revoke_key(conn, args.key_id):
                     raise StartupError(f"no active key {args.key_id}", "the key id: `keys list` shows them")
@@ -300,6 +310,16 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await conn.close()
     return 0
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """`header` then `rows`, each column as wide as its widest cell, two spaces apart; the
+    header alone when there is no row, so that an empty listing still says what it lists."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
 
 
 def _scopes(names: list[str]) -> frozenset[str]:
@@ -323,6 +343,14 @@ async def _forget(settings: Settings, args: argparse.Namespace) -> int:
             )
         finally:
             await pool.close()
+    if counts.held_nothing:
+        # Said plainly, so that a misspelt subject or project is noticed; the audit row is
+        # written all the same (core/erasure.py): the erasure request was carried out.
+        print(
+            f"nothing held for subject {args.subject!r} of project {args.project!r};"
+            f" the forget is recorded all the same: audit record {counts.erasure_id}"
+        )
+        return 0
     print(
         f"forgot subject {args.subject!r} of project {args.project!r}: {counts.events} event(s)"
         f" ({counts.episode_chunks} chunk(s)), {counts.facts} fact(s), {counts.conflict_sets} conflict set(s),"
@@ -340,19 +368,24 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
         await migrate.apply(dsn)
         pool = await open_pool(dsn, settings, min_size=1, max_size=1)
         try:
-            lines = export_lines(pool, Caller.operator(args.project), args.subject)
-            if args.out is None:
-                async for line in _as_operator_lines(lines):
-                    sys.stdout.buffer.write(line)
-                sys.stdout.buffer.flush()
-                return 0
-            partial = args.out.with_name(args.out.name + ".partial")
-            n = 0
-            with partial.open("wb") as out:
-                async for line in _as_operator_lines(lines):
-                    out.write(line)
-                    n += 1
-            partial.replace(args.out)
+            # Closed before the pool, whatever ends the writing (a reader gone, a full disk): an
+            # export left suspended holds its connection in its snapshot's transaction, and
+            # pool.close() would wait for it for ever.
+            async with contextlib.aclosing(
+                _as_operator_lines(export_lines(pool, Caller.operator(args.project), args.subject))
+            ) as lines:
+                if args.out is None:
+                    async for line in lines:
+                        sys.stdout.buffer.write(line)
+                    sys.stdout.buffer.flush()
+                    return 0
+                partial = args.out.with_name(args.out.name + ".partial")
+                n = 0
+                with partial.open("wb") as out:
+                    async for line in lines:
+                        out.write(line)
+                        n += 1
+                partial.replace(args.out)
         finally:
             await pool.close()
     print(f"exported subject {args.subject!r} of project {args.project!r} to {args.out} ({n} lines)")
@@ -406,12 +439,16 @@ async def _as_operator_error(work: Awaitable[T], setting: str) -> T:
         raise StartupError(exc.message, setting) from exc
 
 
-async def _as_operator_lines(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _as_operator_lines(lines: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """`lines`, a domain error among them as an operator error naming --subject; closing this
+    closes `lines` (and releases what they hold) at once."""
     try:
         async for line in lines:
             yield line
     except HakiError as exc:
         raise StartupError(exc.message, "--subject") from exc
+    finally:
+        await lines.aclose()
 
 
 async def _prune(settings: Settings, days: float | None) -> int:
@@ -570,26 +607,55 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setting = DATA_DIR  # the setting behind the resource in use, for errors that name none
     debug = False
+    overrides: dict[str, Any] = {"host": args.host, "port": args.port} if args.command == "serve" else {}
+    flags = {field: f"--{field}" for field, value in overrides.items() if value is not None}
     try:
-        overrides = {"host": args.host, "port": args.port} if args.command == "serve" else {}
         settings = load_settings(**overrides)
         default_level = LogLevel.INFO if args.command in COMMANDS_LOGGING_STEPS else LogLevel.WARNING
         debug = configure_logging(settings.log_level or default_level)
+        warn_unknown_settings()
         setting = DATABASE_URL if settings.database_url else DATA_DIR
         if args.command == "build-model":
             setting = MODEL_CACHE_DIR
         preflight(settings, embedder=args.command in COMMANDS_WITH_EMBEDDER, builds_model=args.command == "build-model")
-        return run(args, settings)
+        code = run(args, settings)
+        sys.stdout.flush()  # here, so that a reader gone (below) is not met again at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of the output stopped reading (`| head`): it has what it wanted, so this is
+        # a success, as for `git log | head`. The commands write to no other pipe (asyncpg reports
+        # a lost database as its own errors); the resources were closed on the way out.
+        discard_stdout()
+        return 0
     except Exception as exc:
-        line = error_line(exc, database_setting=setting)
+        line = error_line(exc, database_setting=setting, flags=flags)
         if line is None:
             line = f"{PREFIX}unexpected {type(exc).__name__}: {exc} (HAKI_LOG_LEVEL=debug shows where)"
         if debug:
             traceback.print_exc()
         print(" ".join(line.split()), file=sys.stderr)
         return exc.exit_code if isinstance(exc, StartupError) else 1
+
+
+def warn_unknown_settings() -> None:
+    """One warning line per HAKI_* variable that nothing reads (a misspelt setting would
+    otherwise be ignored without a word), naming the closest known one."""
+    for variable, close in unknown_settings():
+        hint = f"; did you mean {close}?" if close else ""
+        log.warning("unknown setting %s ignored%s", variable, hint)
+
+
+def discard_stdout() -> None:
+    """Point standard output at /dev/null once its reader has gone, so that the interpreter's
+    last flush of what is still buffered does not fail again (Python's note on SIGPIPE)."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor (output captured in process)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

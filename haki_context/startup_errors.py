@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -45,10 +46,14 @@ class StartupError(Exception):
         self.exit_code = exit_code
 
 
-def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str | None:
+def error_line(
+    exc: BaseException, *, database_setting: str = DATA_DIR, flags: Mapping[str, str] | None = None
+) -> str | None:
     """The one line that reports `exc`, or None for an exception that is not an operator error
     (a bug: the caller reports it as unexpected). `database_setting` names the setting behind
-    the database in use (HAKI_DATABASE_URL or HAKI_DATA_DIR), for errors the database raises."""
+    the database in use (HAKI_DATABASE_URL or HAKI_DATA_DIR), for errors the database raises.
+    `flags`: the settings given on the command line, by field (`port` -> `--port`), so that a
+    bad value of one names the flag that gave it, not the variable."""
     import asyncpg
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
@@ -56,7 +61,7 @@ def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str |
     if isinstance(exc, StartupError):
         return PREFIX + str(exc)
     if isinstance(exc, ValidationError):
-        return PREFIX + _validation_what(exc)
+        return PREFIX + _validation_what(exc, flags or {})
     if isinstance(exc, SettingsError):
         found = re.search(r'field "([^"]+)"', str(exc))
         name = f"HAKI_{found.group(1).upper()}" if found else "HAKI_*"
@@ -79,16 +84,20 @@ def error_line(exc: BaseException, *, database_setting: str = DATA_DIR) -> str |
     return None
 
 
-def _validation_what(exc: Any) -> str:
-    """`invalid setting HAKI_PORT='abc': input should be ... (HAKI_PORT)` for each bad value."""
+def _validation_what(exc: Any, flags: Mapping[str, str]) -> str:
+    """`invalid setting HAKI_PORT='abc': input should be ... (HAKI_PORT)` for each bad value,
+    `invalid flag --port=99999: ... (--port)` for a value a flag gave."""
     parts: list[str] = []
     names: list[str] = []
     for err in exc.errors():
         field = str(err["loc"][0]) if err.get("loc") else ""
-        name = f"HAKI_{field.upper()}" if field else "HAKI_*"
+        if field in flags:
+            kind, name = "flag", flags[field]
+        else:
+            kind, name = "setting", (f"HAKI_{field.upper()}" if field else "HAKI_*")
         shown = "" if _SECRET_FIELD.search(field) else f"={_short(err.get('input'))}"
         message = str(err.get("msg", "not valid"))
-        parts.append(f"invalid setting {name}{shown}: {message[:1].lower()}{message[1:]}")
+        parts.append(f"invalid {kind} {name}{shown}: {message[:1].lower()}{message[1:]}")
         names.append(name)
     return "; ".join(parts) + f" ({', '.join(dict.fromkeys(names))})"
 

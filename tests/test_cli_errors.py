@@ -55,11 +55,27 @@ def scratch() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's pick of a free one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 @pytest.mark.parametrize(
     "args",
-    [["migrate"], ["keys", "list"], ["prune", "--days", "1"], ["index-scopes"], ["reembed"], ["serve", "--port", "0"]],
+    [
+        ["migrate"],
+        ["keys", "list"],
+        ["prune", "--days", "1"],
+        ["index-scopes"],
+        ["reembed"],
+        ["serve", "--port", "{port}"],
+    ],
 )
 def test_an_unreachable_database_names_host_port_and_the_setting(args: list[str]) -> None:
+    args = [arg.format(port=free_port()) for arg in args]
     result = run_cli(*args, HAKI_DATABASE_URL="postgresql://u:s3cret-pw@127.0.0.1:1/db", HAKI_EMBED_PROVIDER="hashing")
     line = assert_one_error_line(result, "127.0.0.1:1", "HAKI_DATABASE_URL")
     assert line.startswith("haki-context: error: cannot connect to the PostgreSQL at 127.0.0.1:1")
@@ -147,8 +163,9 @@ def test_a_port_in_use_fails_before_the_database_starts(scratch: Path) -> None:
     assert "serving" not in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("args", [["build-model"], ["serve", "--port", "0"]])
+@pytest.mark.parametrize("args", [["build-model"], ["serve", "--port", "{port}"]])
 def test_a_model_cache_that_is_a_file(scratch: Path, args: list[str]) -> None:
+    args = [arg.format(port=free_port()) for arg in args]
     file = scratch / "models"
     file.write_text("")
     data_dir = scratch / "data"
@@ -171,6 +188,78 @@ def test_a_bad_setting_value_names_the_variable_and_what_is_allowed(
 ) -> None:
     line = assert_one_error_line(run_cli(command, **env), name, allowed)
     assert line.endswith(f"({name})")
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "0", "-5"])
+def test_a_port_flag_out_of_range_is_one_error_line_naming_the_flag(scratch: Path, port: str) -> None:
+    data_dir = scratch / "data"
+    result = run_cli("serve", "--port", port, HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hashing")
+    line = assert_one_error_line(result, f"--port={port}")
+    assert line.endswith("(--port)"), line
+    assert "greater than or equal to 1" in line or "less than or equal to 65535" in line, line
+    assert not data_dir.exists()
+    assert "serving" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("port", ["99999", "0"])
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+def test_a_port_setting_out_of_range_is_one_error_line_naming_the_variable(
+    scratch: Path, port: str, command: str
+) -> None:
+    data_dir = scratch / "data"
+    result = run_cli(command, HAKI_PORT=port, HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hashing")
+    line = assert_one_error_line(result, f"HAKI_PORT='{port}'")
+    assert line.endswith("(HAKI_PORT)"), line
+    assert not data_dir.exists()
+
+
+def test_a_port_flag_in_range_wins_over_a_bad_variable(scratch: Path) -> None:
+    # The flag is what the server uses, so the variable under it is not checked; the start
+    # then stops at the unreachable database, past the settings.
+    result = run_cli(
+        "serve",
+        "--port",
+        str(free_port()),
+        HAKI_PORT="99999",
+        HAKI_DATABASE_URL="postgresql://127.0.0.1:1/none",
+        HAKI_EMBED_PROVIDER="hashing",
+    )
+    assert_one_error_line(result, "127.0.0.1:1", "HAKI_DATABASE_URL")
+
+
+def test_an_unknown_haki_variable_is_one_warning_line_naming_the_closest_setting() -> None:
+    # The command then stops at its bad URL: the warnings come first, once the settings are read.
+    result = run_cli(
+        "migrate",
+        HAKI_PROT="19102",
+        haki_embed_providers="hashing",
+        HAKI_ZQXJ="1",
+        HAKI_API_KEY="read by the mcp command",
+        HAKI_DATABASE_URL="http://x",
+    )
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and lines[-1].startswith("haki-context: error: "), result.stderr
+    warnings = [line.split(": ", 1)[1] for line in lines if " WARNING " in line]
+    assert warnings == [
+        "unknown setting HAKI_PROT ignored; did you mean HAKI_PORT?",
+        "unknown setting HAKI_ZQXJ ignored",
+        "unknown setting haki_embed_providers ignored; did you mean HAKI_EMBED_PROVIDER?",
+    ], result.stderr
+
+
+def test_unknown_settings_are_the_haki_variables_nothing_reads() -> None:
+    from haki_context.settings import unknown_settings
+
+    environ = {
+        "HAKI_PORT": "1",
+        "haki_host": "::1",  # read: settings are matched case-insensitively
+        "HAKI_API_KEY": "k",  # read by the mcp command
+        "HAKI_DATADIR": "x",
+        "HAKI_LOCOMO_DIR": "x",  # the quality benchmark's own, not a setting of the server
+        "PATH": "/bin",
+        "HAKIPORT": "1",
+    }
+    assert unknown_settings(environ) == [("HAKI_DATADIR", "HAKI_DATA_DIR"), ("HAKI_LOCOMO_DIR", None)]
 
 
 def test_prune_without_a_retention_is_one_error_line(scratch: Path) -> None:

@@ -344,3 +344,36 @@ async def test_an_export_dropped_after_its_first_line_gives_back_its_slot_and_co
         while slots.running:
             await asyncio.sleep(0.01)
     assert runtime.pool.get_size() - runtime.pool.get_idle_size() == in_use - 1
+
+
+async def test_an_export_to_a_reader_that_stops_early_ends_at_once_with_status_0(
+    source: ProjectClient, migrated: str, subject: str
+) -> None:
+    # Far more than a pipe's buffer (64 KiB) and standard output's together: the export is still
+    # writing when its reader goes, as with `haki-context export ... | head -1`.
+    for batch in range(3):
+        await record(source, subject, [f"turn {batch}-{i}: " + "words of a long turn " * 50 for i in range(150)])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+    env.update({"HAKI_DATABASE_URL": migrated, "HAKI_EMBED_PROVIDER": "hashing"})
+    export = subprocess.Popen(
+        [CLI, "export", "--project", source.project_id, "--subject", subject],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert export.stdout is not None and export.stderr is not None
+        assert orjson.loads(export.stdout.readline())["format"] == "haki-context/subject"
+        export.stdout.close()
+        try:
+            code: int | None = export.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None  # still closing its pool, which waits for the connection the export holds
+    finally:
+        if export.poll() is None:
+            export.kill()
+            export.wait()
+    stderr = export.stderr.read().decode()
+    assert code == 0, (code, stderr)
+    # No traceback, and nothing from the pool's close (a connection left in its transaction).
+    assert stderr == "", stderr

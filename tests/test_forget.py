@@ -4,8 +4,12 @@ audit record that holds no content; every other subject and project keeps its me
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -26,6 +30,8 @@ mutation($s: String!) {
   }
 }
 """
+
+CLI = str(Path(sys.executable).with_name("haki-context"))
 
 # Tables about the database itself or the project as a whole, which name no subject.
 NOT_SUBJECT_DATA = {"schema_migrations", "server_meta", "projects", "api_keys", "erasures"}
@@ -238,6 +244,29 @@ async def test_forgetting_a_subject_that_holds_nothing_is_recorded_with_zero_cou
         ],
         0,
     )
+
+
+async def test_the_command_line_says_when_a_subject_held_nothing_and_records_the_forget(
+    runtime: Runtime, migrated: str, subject: str
+) -> None:
+    project_id = f"project-{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+    env.update({"HAKI_DATABASE_URL": migrated, "HAKI_EMBED_PROVIDER": "hashing"})
+    result = subprocess.run(
+        [CLI, "forget", "--project", project_id, "--subject", subject],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    async with runtime.pool.acquire() as conn:
+        erasure_id = await conn.fetchval("SELECT id FROM erasures WHERE project_id = $1", project_id)
+    assert result.stdout.splitlines() == [
+        f"nothing held for subject {subject!r} of project {project_id!r}; the forget is recorded all the same:"
+        f" audit record {erasure_id}"
+    ]
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 129])

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import GraphQLClient, make_settings, new_project_key
-from test_cli_errors import assert_one_error_line, run_cli
+from test_cli_errors import assert_one_error_line, free_port, run_cli
 
 from haki_context.app import create_app
 from haki_context.core.runtime import Runtime
@@ -405,7 +405,9 @@ async def test_a_declared_length_over_the_limit_is_refused_unread(runtime: Runti
 
 
 def test_dev_mode_on_a_non_loopback_bind_is_one_error_line() -> None:
-    result = run_cli("serve", "--host", "0.0.0.0", "--port", "0", HAKI_DEV_MODE="1", HAKI_EMBED_PROVIDER="hashing")
+    result = run_cli(
+        "serve", "--host", "0.0.0.0", "--port", str(free_port()), HAKI_DEV_MODE="1", HAKI_EMBED_PROVIDER="hashing"
+    )
     line = assert_one_error_line(result, "HAKI_DEV_MODE", "HAKI_DEV_MODE_ON_ANY_INTERFACE", "0.0.0.0")
     assert line.endswith("(HAKI_DEV_MODE or HAKI_DEV_MODE_ON_ANY_INTERFACE)"), line
 
@@ -417,7 +419,7 @@ def test_dev_mode_allowed_on_any_interface_starts_with_one_warning_line() -> Non
         "--host",
         "0.0.0.0",
         "--port",
-        "0",
+        str(free_port()),
         HAKI_DEV_MODE="1",
         HAKI_DEV_MODE_ON_ANY_INTERFACE="1",
         HAKI_DATABASE_URL="postgresql://127.0.0.1:1/none",

@@ -141,7 +141,27 @@ def test_keys_list_shows_the_key_without_the_key_itself(
     assert project in line and "active" in line and "ci" in line
     only_other = cli(data_dir, "keys", "list", "--project", "no-such-project")
     assert only_other.returncode == 0 and key_id not in only_other.stdout
+    assert only_other.stdout.split() == ["ID", "PROJECT", "PREFIX", "NAME", "STATE", "SCOPES"]
     assert_serving(server, pid)
+
+
+def test_keys_list_has_a_header_aligned_with_its_rows(
+    created: tuple[str, str, str], running: tuple[Path, embedded.EmbeddedPostgres, int | None]
+) -> None:
+    data_dir, _, _ = running
+    project, key_id, _ = created
+    cli(data_dir, "keys", "create", "--project", project, "--name", "a-longer-name", "--scope", "read")
+    result = cli(data_dir, "keys", "list", "--project", project)
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["ID", "PROJECT", "PREFIX", "NAME", "STATE", "SCOPES"]
+    assert len(rows) == 2 and any(key_id in row for row in rows)
+
+    def starts(line: str) -> list[int]:
+        return [m.start() for m in re.finditer(r"\S+", line)]
+
+    assert all(starts(row) == starts(header) for row in rows), result.stdout
+    assert all(line == line.rstrip() for line in result.stdout.splitlines())
 
 
 async def test_keys_revoke_ends_a_key(

@@ -98,7 +98,9 @@ def test_serve_stops_its_database_on_ctrl_c_and_reuses_the_data() -> None:
             "embedder ready",
             "serving GraphQL at http://127.0.0.1:",
             "stopping the embedded PostgreSQL",
+            "embedded PostgreSQL stopped",
         )
+        assert log.splitlines()[-1].endswith(": embedded PostgreSQL stopped"), log
         assert not embedded.is_running(data_dir), "Ctrl-C left the embedded PostgreSQL running"
         # autoprewarm saved the buffers' page list at shutdown, for the next start to read back
         assert (embedded.pgdata_dir(data_dir) / "autoprewarm.blocks").stat().st_size > 0

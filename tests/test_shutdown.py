@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import sys
@@ -46,6 +47,19 @@ def _assert_stopped_cleanly(took: float, code: int | None, log: str, data_dir: P
     assert took < GRACE_S + SLACK_S, (took, log)
     assert not embedded.is_running(data_dir), log
     assert "Traceback" not in log and "never retrieved" not in log, log
+
+
+def test_the_stop_of_the_embedded_database_ends_with_a_line_saying_it_stopped(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="haki_context.db.embedded")
+    server = embedded.start(data_dir)
+    assert server.owned
+    caplog.clear()
+    server.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "haki_context.db.embedded"]
+    assert lines == [f"stopping the embedded PostgreSQL in {server.pgdata}", "embedded PostgreSQL stopped"]
+    assert not embedded.is_running(data_dir)
 
 
 @pytest.mark.slow

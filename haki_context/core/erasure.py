@@ -46,6 +46,23 @@ class ForgetCounts:
     scope_lexemes: int
     scope_indexes: int  # the subject's own HNSW / IVFFlat indexes dropped
 
+    @property
+    def held_nothing(self) -> bool:
+        """True when the subject held no row of any kind (the forget is recorded all the same)."""
+        return not any(
+            (
+                self.events,
+                self.episode_chunks,
+                self.facts,
+                self.conflict_sets,
+                self.conflict_members,
+                self.traces,
+                self.trace_decisions,
+                self.scope_lexemes,
+                self.scope_indexes,
+            )
+        )
+
 
 def subject_hash(project_id: str, subject_id: str) -> bytes:
     """SHA-256 of (project, subject): how the audit record names a subject without holding its id."""

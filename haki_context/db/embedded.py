@@ -74,6 +74,9 @@ class EmbeddedPostgres:
         if self.owned:
             log.info("stopping the embedded PostgreSQL in %s", self.pgdata)
             stop(self.pgdata, self._server.system_user)
+            # stop() ends the server one way or another (a fast stop, an immediate one, a kill),
+            # so the log says the stop is over rather than leaving its last step open.
+            log.info("embedded PostgreSQL stopped")
             _release_owner(self.pgdata.parent)
         self._server.cleanup()  # the package's own list of handles; it never stops the server itself
 

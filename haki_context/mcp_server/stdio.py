@@ -33,14 +33,13 @@ from ..core.auth import Authenticator
 from ..core.errors import Unauthenticated
 from ..core.runtime import Runtime
 from ..schema import schema_for
-from ..settings import Settings
+from ..settings import API_KEY_ENV, Settings
 from ..startup_errors import StartupError
 from .gateway import Gateway, Invocation
 from .server import build_server
 
 log = logging.getLogger("haki_context")
 
-API_KEY_ENV = "HAKI_API_KEY"
 KEY_SETTING = f"--key or {API_KEY_ENV}"
 
 
