@@ -23,7 +23,9 @@ into several chunks maps each piece to the same turn).
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -31,6 +33,30 @@ from pathlib import Path
 from typing import Any
 
 from haki_context.core.texts import compact_json, split_long_text, turn_text
+
+# The LoCoMo conversations are a dataset of their own, not shipped with the project: the harnesses
+# and tests that need them read the folder of their *.json files from $LOCOMO_DIR (or --data).
+DATA_ENV = "LOCOMO_DIR"
+NEEDS_DATA = f"needs the LoCoMo conversations (their *.json files): set {DATA_ENV} to their folder"
+
+
+def data_dir() -> Path | None:
+    """The LoCoMo conversations' folder named by $LOCOMO_DIR; None when it is not set."""
+    value = os.environ.get(DATA_ENV)
+    return Path(value) if value else None
+
+
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    """`--data`, the LoCoMo conversations' folder: $LOCOMO_DIR unless given, required when neither is."""
+    default = data_dir()
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=default,
+        required=default is None,
+        help=f"folder of the LoCoMo conversations (*.json); default ${DATA_ENV}",
+    )
+
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KIND_TURN = "conversation.message"

@@ -47,10 +47,9 @@ import numpy as np
 
 from haki_context.core.embedder import MAX_TOKENS, SHIPPED_DIR, SHIPPED_GRAPH, SHIPPED_TOKENIZER
 
-from .locomo import load_conversations
+from .locomo import add_data_argument, load_conversations
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev"
 
 # Files that hold weights, by suffix; any other file over LARGE_BYTES is listed too.
 WEIGHT_SUFFIXES = (".onnx", ".safetensors", ".bin", ".pt", ".pth", ".gguf", ".joblib", ".pkl", ".npz", ".npy", ".fte")
@@ -282,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     audit_cmd = commands.add_parser("audit", help="what each distribution ships")
     audit_cmd.add_argument("paths", nargs="+", type=Path)
     cost_cmd = commands.add_parser("cost", help="one-thread cost of each architecture per call")
-    cost_cmd.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    add_data_argument(cost_cmd)
     cost_cmd.add_argument("--questions", type=int, default=120)
     cost_cmd.add_argument("--sizes", default="16,32,64")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Does a replay reproduce the stored call? `python -m benchmarks.replay_fidelity`.
 
-A real workload, as an agent lives it: each LoCoMo dev conversation (`../shared/data/locomo-dev`)
+A real workload, as an agent lives it: each LoCoMo dev conversation (`--data` or `$LOCOMO_DIR`)
 is recorded session by session through GraphQL, one event per turn, each session's observations
 asserted as facts citing their evidence turns (validFrom the session date) and a fact the agent
 keeps current (`current_session`, superseded every session). After each session the questions
@@ -26,10 +26,9 @@ from typing import Any
 from haki_context.settings import Settings
 
 from .latency_common import dated_result, write_result
-from .locomo import events, load_conversations
+from .locomo import add_data_argument, events, load_conversations
 from .quality import (
     ASSERT_MUTATION,
-    DEFAULT_DATA,
     DEFAULT_OUT,
     RECORD_MUTATION,
     Client,
@@ -129,7 +128,7 @@ async def run(data_dir: Path, database_url: str | None, compare_sample: int) -> 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.replay_fidelity", description=__doc__)
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    add_data_argument(p)
     p.add_argument("--database-url", default=None, help="default: a fresh embedded PostgreSQL")
     p.add_argument("--compare-sample", type=int, default=50)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .locomo import load_conversations
-from .quality import DEFAULT_DATA, Client, Config, build_settings, ingest, open_server
+from .locomo import add_data_argument, load_conversations
+from .quality import Client, Config, build_settings, ingest, open_server
 
 TRACE_QUERY = """
 query($s: String!, $q: String!, $b: Int) {
@@ -93,7 +93,7 @@ async def measure(
 def main(argv: Sequence[str] | None = None) -> None:
     """Print, per budget, the server's recall / hit and the candidate pool's (a reranker's ceiling)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.rerank_ceiling", description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    add_data_argument(parser)
     parser.add_argument("--budgets", default="300,900,2000")
     parser.add_argument("--limit-questions", type=int, default=None, help="per conversation (a smoke run)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a setting")

@@ -32,11 +32,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from benchmarks.locomo import parse_session_date, turn_payload
+from benchmarks.locomo import add_data_argument, parse_session_date, turn_payload
 from haki_context.core.packing import episode_line, fact_line, render, tokens
 from haki_context.core.texts import turn_text
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "locomo-dev"
 MODELS_DIR = Path(__file__).resolve().parents[1] / "haki_context" / "models"
 BUDGETS = (900, 2000)
 
@@ -140,7 +139,7 @@ def measure(lines: list[str], count: Counter) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--data", type=Path, default=DATA_DIR, help="the LoCoMo conversations (*.json)")
+    add_data_argument(parser)
     parser.add_argument("--tekken", type=Path, help="a Mistral Tekken tokenizer file (tekken_*.json)")
     parser.add_argument("--sentencepiece", type=Path, help="a SentencePiece model file")
     parser.add_argument("--out", type=Path, help="write token-counts-<date>.json here")

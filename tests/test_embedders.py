@@ -41,21 +41,16 @@ SENTENCES = [
     "Claire manages the Lyon office and likes espresso.",
     "What language should the bills be written in?",
 ]
-LOCOMO = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo-dev"
+# Texts of our own, of the kinds a memory server embeds (turns, questions, facts, other languages,
+# long turns past the model's 256 tokens): the agreement checks run on them.
+CHECK_TEXTS = Path(__file__).resolve().parent / "data" / "embedder_texts.txt"
 TORCH_EXTRA = "install the [torch] extra: pip install 'haki-context[torch]'"
 
 
-def locomo_texts(count: int) -> list[str]:
-    """`count` LoCoMo turns and questions spread over the dev files (none where the data is absent)."""
-    texts: list[str] = []
-    for path in sorted(LOCOMO.glob("*.json")):
-        conversation = json.loads(path.read_text())
-        for key, value in conversation.items():
-            if key.startswith("session_") and isinstance(value, list):
-                texts += [turn["text"] for turn in value if turn.get("text")]
-        texts += [qa["question"] for qa in conversation.get("qa", [])]
-    if len(texts) <= count:
-        return texts
+def check_texts(count: int) -> list[str]:
+    """`count` of the check texts, spread over the file."""
+    texts = CHECK_TEXTS.read_text(encoding="utf-8").splitlines()
+    assert len(texts) >= count, f"{CHECK_TEXTS} holds {len(texts)} texts, fewer than {count}"
     return [texts[i * len(texts) // count] for i in range(count)]
 
 
@@ -162,9 +157,7 @@ def test_the_shipped_graph_ranks_by_meaning(onnx_encoder: OnnxMiniLMEncoder) -> 
 def test_the_shipped_graph_agrees_with_sentence_transformers(
     torch_encoder: Encoder, onnx_encoder: OnnxMiniLMEncoder
 ) -> None:
-    for texts in (model_build.CHECK_SENTENCES + SENTENCES, locomo_texts(300)):
-        if not texts:
-            continue  # no LoCoMo data beside the repository
+    for texts in (model_build.CHECK_SENTENCES + SENTENCES, check_texts(300)):
         found = cosines(torch_encoder.encode(texts), onnx_encoder.encode(texts))
         assert found.min() >= 0.998 and found.mean() >= 0.999, (found.min(), found.mean())
         assert found.min() < 0.99999  # and really the quantised graph, not an fp32 one
@@ -191,7 +184,7 @@ def test_build_model_rebuilds_the_shipped_graph_from_the_packaged_weights(
     assert manifest["weights"]["sha256"] == shipped["weights"]["sha256"]  # the weights the shipped graph used
     assert manifest["graph"]["sha256"] == shipped["graph"]["sha256"]  # the build is reproducible
     assert "identical to the shipped graph" in capsys.readouterr().out
-    texts = locomo_texts(200)
+    texts = check_texts(200)
     found = cosines(torch_encoder.encode(texts), OnnxMiniLMEncoder.shipped(tmp_path).encode(texts))
     assert float(found.min()) >= 0.998 and float(found.mean()) >= 0.999
 

@@ -3,38 +3,44 @@
 A few questions of one LoCoMo conversation with the hashing embedder, no
 score threshold: the harness runs end to end through GraphQL and its report
 holds every figure (per category and overall; server, BM25 and dense; both
-ingestion modes and both budgets). The data lives at ../shared/data/locomo-dev
-relative to the repository root; without it the test is skipped, unless CI is
-set, where it fails.
+ingestion modes and both budgets). The LoCoMo conversations are not shipped with
+the project: the tests that need them read their folder from $LOCOMO_DIR and skip
+without it (a folder named there that holds none fails).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev"
 sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of the repository, not an installed package
 
 from benchmarks import quality  # noqa: E402
-from benchmarks.locomo import CATEGORIES, events, load_conversation, split_evidence  # noqa: E402
+from benchmarks.locomo import (  # noqa: E402
+    CATEGORIES,
+    NEEDS_DATA,
+    data_dir,
+    events,
+    load_conversation,
+    split_evidence,
+)
 
 RETRIEVERS = ("server", "bm25", "dense", "rrf")
 
 
-def _require_data() -> None:
-    if (DATA / "26.json").is_file():
-        return
-    reason = f"LoCoMo dev data not found at {DATA} (expected ../shared/data/locomo-dev beside the repository)"
-    if os.environ.get("CI"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+def _require_data() -> Path:
+    """The LoCoMo dev conversations' folder; the test skips when none is named."""
+    found = data_dir()
+    if found is None:
+        pytest.skip(f"this test {NEEDS_DATA}")
+    if not (found / "26.json").is_file():
+        pytest.fail(f"LOCOMO_DIR names {found}, which holds no LoCoMo dev conversation 26.json")
+    return found
 
 
 def _share(x: object) -> bool:
@@ -48,16 +54,14 @@ def _number(x: object) -> bool:
 def test_evidence_ids_are_split_and_unknown_ones_counted() -> None:
     assert split_evidence(["D8:6; D9:17"]) == ["D8:6", "D9:17"]
     assert split_evidence(["D9:1 D4:4", "D1:2,D1:3"]) == ["D9:1", "D4:4", "D1:2", "D1:3"]
-    _require_data()
-    conv = load_conversation(DATA / "42.json")
+    conv = load_conversation(_require_data() / "42.json")
     assert "D" in conv.invalid_evidence and "D10:19" in conv.invalid_evidence
     assert all(set(q.evidence) <= conv.turn_ids and q.evidence for q in conv.questions)
     assert {q.category for q in conv.questions} == set(CATEGORIES)
 
 
 def test_session_events_map_every_chunk_to_its_turn() -> None:
-    _require_data()
-    conv = load_conversation(DATA / "26.json")
+    conv = load_conversation(_require_data() / "26.json")
     per_turn, per_session = events(conv, "a"), events(conv, "b")
     assert [t for e in per_turn for t in e.chunk_turns] == [t.dia_id for t in conv.turns]
     assert [t for e in per_session for t in e.chunk_turns] == [t.dia_id for t in conv.turns]
@@ -69,8 +73,7 @@ def test_session_events_map_every_chunk_to_its_turn() -> None:
 
 
 def test_observations_are_loaded_with_their_evidence_turns_and_session_dates() -> None:
-    _require_data()
-    conv = load_conversation(DATA / "26.json")
+    conv = load_conversation(_require_data() / "26.json")
     assert len(conv.observations) == 184
     assert len({o.predicate for o in conv.observations}) == len(conv.observations)  # none supersedes another
     for o in conv.observations:
@@ -81,11 +84,11 @@ def test_observations_are_loaded_with_their_evidence_turns_and_session_dates() -
 
 
 async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, tmp_path: Path) -> None:
-    _require_data()
+    data = _require_data()
     config = quality.parse_args(
         [
             "--data",
-            str(DATA),
+            str(data),
             "--conversations",
             "26",
             "--limit-questions",
