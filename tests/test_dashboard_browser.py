@@ -72,7 +72,7 @@ ASSERT = "mutation($i: FactInput!) { assertFact(input: $i) { fact { id } outcome
 CONTEXT = """query($s: String!, $q: String!, $b: Int) {
   context(subjectId: $s, query: $q, budget: $b) {
     traceId usedTokens rendered facts { id predicate }
-    trace { decisions { itemKind itemId decision reasonCode rank similarity fullText recency tokens } }
+    trace { decisions { itemKind itemId decision reasonCode rank overallRank similarity fullText recency tokens } }
   }
 }"""
 
@@ -337,9 +337,14 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
                          tokens: cell('tokens'), why: tds[11].innerText};
                })"""
         )
-        # Every candidate, in the trace's rank order, with its decision, reason and score components.
-        for shown, d in zip(rows, decisions, strict=True):
-            assert shown["rank"] == ("" if d["rank"] is None else str(d["rank"]))
+        # Every candidate, in the order the call packed them in (one ranking of facts and episodes),
+        # the blocked facts last, with its decision, reason and score components.
+        packed = sorted(decisions, key=lambda d: d["overallRank"] or len(decisions) + 1)
+        ranked = [r for r in rows if r["rank"]]
+        assert [r["rank"] for r in ranked] == [str(n) for n in range(1, len(ranked) + 1)]
+        assert {r["kind"] for r in ranked} == {"fact", "episode"}, "ranks run across kinds"
+        for shown, d in zip(rows, packed, strict=True):
+            assert shown["rank"] == ("" if d["overallRank"] is None else str(d["overallRank"]))
             assert shown["kind"] == d["itemKind"].lower()
             assert (shown["decision"], shown["reason"]) == (d["decision"], d["reasonCode"])
             assert shown["similarity"] == fmt(d["similarity"]), (shown, d)
@@ -355,16 +360,14 @@ async def test_opening_a_call_shows_every_decision_with_its_score_components(
         blocked = {d["itemId"] for d in decisions if d["reasonCode"] == "CONFLICT_OPEN"}
         assert blocked == {a["fact"]["id"], b["fact"]["id"]}
 
-        # The packet as served and the budget bar: what the served items took, and what was left.
-        packet_text = await page.text("#packet")
+        # The packet as served: exactly the text the agent got, turns in their own words.
+        packet_text = await page.js("document.querySelector('#packet').textContent")
+        assert packet_text == packet["rendered"], packet_text
         assert "- invoice language: German (" in packet_text, packet_text
-        # Fact lines are the served ones, and there is a line per served item; an episode line
-        # shows its event's excerpt, where a turn was served in its own words.
-        shown_lines, served_lines = packet_text.split("\n"), packet["rendered"].split("\n")
-        assert len(shown_lines) == len(served_lines)
-        assert [x for x in shown_lines if not x.startswith("- [")] == [
-            x for x in served_lines if not x.startswith("- [")
-        ]
+        assert "] user: The invoices should be in German, please." in packet_text, packet_text
+        assert "conversation.message {" not in packet_text, packet_text
+        assert "context.rendered" in await page.text("#packet-caption")
+        # The budget bar: what the served items took, and what was left.
         legend = await page.text(".legend")
         served = sum(d["tokens"] for d in decisions if d["decision"] == "INCLUDED")
         assert served == packet["usedTokens"]
@@ -496,9 +499,11 @@ async def test_replay_and_compare_with_now_show_what_changed_in_the_trace_view(
 
         # Under another ranking profile: the settings that differ are named.
         await page.js("document.querySelector('#replay-form input[name=budget]').value = ''")
-        await page.js("document.querySelector('#replay-form select[name=profile]').value = 'SEED'")
+        await page.js("document.querySelector('#replay-form select[name=profile]').value = 'CLASSIC'")
         await run(page, "#replay-run", "replayed")
-        assert await page.text("#replay-summary") == summary_of(replay(server, stored["traceId"], {"profile": "SEED"}))
+        assert await page.text("#replay-summary") == summary_of(
+            replay(server, stored["traceId"], {"profile": "CLASSIC"})
+        )
         assert (await page.text("#replay-settings")).startswith("Settings changed: "), await page.text("#replay")
         await page.js("document.querySelector('#replay-form select[name=profile]').value = ''")
 

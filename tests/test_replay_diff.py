@@ -69,3 +69,27 @@ def test_float_noise_is_no_change_but_a_real_difference_is() -> None:
     assert diff([decision("a", 1, score=0.5)], [decision("a", 1, score=0.5 + 1e-15)]).identical
     assert not diff([decision("a", 1, score=0.5)], [decision("a", 1, score=0.5001)]).identical
     assert not diff([decision("a", 1, score=None)], [decision("a", 1, score=0.5)]).identical
+
+
+def test_a_score_change_says_which_components_moved_and_by_how_much() -> None:
+    stored = [decision("a", 1, score=0.701, recency=0.412), decision("b", 2)]
+    replayed = [decision("a", 1, score=0.690, recency=0.398), decision("b", 2, score=0.5 + 2e-5)]
+    by_id = {c.item_id: c for c in diff(stored, replayed).changes}
+    assert by_id["a"].kinds == (ChangeKind.SCORE_CHANGED,)
+    assert by_id["a"].why == "recency 0.412 -> 0.398 (-0.014); score 0.701 -> 0.690 (-0.011)"
+    assert by_id["b"].why == "score 0.500 -> 0.500 (+2.0e-05)"  # too small for three places
+
+
+def test_an_item_blocked_on_one_side_says_so_and_other_changes_say_nothing_of_scores() -> None:
+    unscored = {"score": None, "recency": None, "decision": Decision.BLOCKED, "reason_code": ReasonCode.CONFLICT_OPEN}
+    stored = [decision("a", 1, score=0.7), decision("b", 1), decision("c", 2), decision("d", None, **unscored)]
+    replayed = [
+        decision("a", None, **unscored),
+        decision("c", 1),  # moved up, the same scores
+        decision("b", 2, decision=Decision.EXCLUDED, reason_code=ReasonCode.OVER_BUDGET),
+        decision("d", 3, score=0.25),
+    ]
+    by_id = {c.item_id: c for c in diff(stored, replayed).changes}
+    assert by_id["a"].why == "score 0.700 -> none (blocked now, not scored)"
+    assert by_id["c"].why is None and by_id["b"].why is None
+    assert by_id["d"].why == "score none -> 0.250 (blocked then, not scored)"

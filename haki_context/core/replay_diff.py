@@ -5,6 +5,10 @@ REMOVED when only the stored one did; an item both considered may have MOVED (an
 a SCORE_CHANGED (any score component: score, similarity, fullText, recency, distance) and a
 DECISION_CHANGED (another decision or reason code). Two traces are identical when no item
 changed, so a replay that reproduces a call gives an empty list.
+
+A SCORE_CHANGED item says why: which components moved and by how much (`score_why`). In a
+comparison with now, core/replay.py puts what changed in memory meanwhile in its place, where
+the memory tells.
 """
 
 from __future__ import annotations
@@ -18,6 +22,16 @@ from .packet import TraceDecision
 
 # Score components compared, by their TraceDecision attribute.
 COMPONENTS = ("score", "similarity", "full_text", "recency", "distance")
+
+# How a `why` names each component. The inputs come first and the hybrid score they make last,
+# so the text reads from cause to effect.
+_WHY_NAMES = {
+    "similarity": "similarity",
+    "full_text": "full text",
+    "recency": "recency",
+    "distance": "distance",
+    "score": "score",
+}
 
 # Two components differ past this: the same computation on the same rows gives equal floats,
 # and a real change of score is orders of magnitude larger.
@@ -46,7 +60,9 @@ class ItemChange:
     before: TraceDecision | None
     after: TraceDecision | None
     components_changed: tuple[str, ...]
-    why: str | None = None  # what changed in memory meanwhile, when known (compare with now)
+    # Why it changed: what changed in memory meanwhile where that is known (compare with now),
+    # else the components that moved (SCORE_CHANGED); None when neither says anything.
+    why: str | None = None
 
     @property
     def key(self) -> ItemKey:
@@ -109,7 +125,8 @@ def diff(stored: Iterable[TraceDecision], replayed: Iterable[TraceDecision]) -> 
         if before.decision is not after.decision or before.reason_code is not after.reason_code:
             kinds.append(ChangeKind.DECISION_CHANGED)
         if kinds:
-            changes.append(_change(key, tuple(kinds), before, after, changed))
+            why = score_why(before, after, changed) if changed else None
+            changes.append(_change(key, tuple(kinds), before, after, changed, why))
     for key, before in old.items():
         if key not in new:
             changes.append(_change(key, (ChangeKind.REMOVED,), before, None, ()))
@@ -122,8 +139,37 @@ def _change(
     before: TraceDecision | None,
     after: TraceDecision | None,
     components: tuple[str, ...],
+    why: str | None = None,
 ) -> ItemChange:
-    return ItemChange(key[0], key[1], key[2], kinds, before, after, components)
+    return ItemChange(key[0], key[1], key[2], kinds, before, after, components, why)
+
+
+def score_why(before: TraceDecision, after: TraceDecision, components: Iterable[str]) -> str:
+    """Which of `components` moved between two decisions of one item, and by how much, the
+    hybrid score last: "recency 0.412 -> 0.398 (-0.014); score 0.701 -> 0.690 (-0.011)". An item
+    blocked on one side only is not scored there, and that is the whole change: "score 0.701 ->
+    none (blocked now, not scored)"; its other components' moves are left out."""
+    if (before.score is None) != (after.score is None):
+        when = "now" if after.score is None else "then"
+        return f"score {_value(before.score)} -> {_value(after.score)} (blocked {when}, not scored)"
+    moved = set(components)
+    return "; ".join(
+        _moved(_WHY_NAMES[name], getattr(before, name), getattr(after, name)) for name in _WHY_NAMES if name in moved
+    )
+
+
+def _moved(name: str, old: float | None, new: float | None) -> str:
+    if old is None or new is None:
+        return f"{name} {_value(old)} -> {_value(new)}"
+    delta = new - old
+    # A change too small for three places is written as its difference in full, so it never
+    # reads as "(+0.000)".
+    shown = f"{delta:+.3f}" if abs(delta) >= 0.0005 else f"{delta:+.1e}"
+    return f"{name} {old:.3f} -> {new:.3f} ({shown})"
+
+
+def _value(value: float | None) -> str:
+    return "none" if value is None else f"{value:.3f}"
 
 
 def _differs(a: float | None, b: float | None) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..core import assembler, traces
+from ..core import assembler, served, traces
 from ..core.models import ItemKind, Page
 from ..core.packet import ContextPacket, ContextTrace, TraceDecision, TraceTimings
 from .context import RequestContext, TraceWrite
@@ -55,6 +55,16 @@ async def decisions(ctx: RequestContext, trace: ContextTrace) -> list[TraceDecis
     if trace.decisions is not None:
         return list(trace.decisions)
     return await ctx.loaders.decisions.load(trace.id)
+
+
+async def ranked(ctx: RequestContext, trace: ContextTrace, rows: list[TraceDecision]) -> list[TraceDecision]:
+    """A trace's decisions with their overall ranks (core/served.py)."""
+    return await served.ranked_decisions(ctx.rt, ctx.project_id, trace, rows)
+
+
+async def rendered(ctx: RequestContext, trace: ContextTrace) -> str | None:
+    """The text a trace's call served, rebuilt from its decisions (core/served.py)."""
+    return await served.rendered_of(ctx.rt, ctx.project_id, trace, await decisions(ctx, trace))
 
 
 async def load_items(ctx: RequestContext, rows: list[TraceDecision], *, facts: bool, events: bool) -> None:
