@@ -29,8 +29,9 @@ and `[test]` extras).
 Settings: `--set name=value` overrides a field of haki_context.settings.Settings
 for every variant; `--variant LABEL:name=value,name=value` (repeatable) measures
 several assembler configurations on one ingestion (only settings read at query
-time may differ between variants; see WRITE_TIME_SETTINGS). The original
-specification's ranking is the profile `--variant seed:ranking_profile=seed`.
+time may differ between variants; see WRITE_TIME_SETTINGS). The plain
+cosine-and-full-text ranking without cues is the profile
+`--variant classic:ranking_profile=classic`.
 
 Latency: every question's vector is embedded once before timing (the
 server's query cache then serves it), so the client and trace latencies are
@@ -44,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
 import shutil
 import sys
 import tempfile
@@ -67,11 +67,24 @@ from haki_context.core.texts import event_chunks
 from haki_context.db import embedded, migrate
 from haki_context.settings import Settings
 
-from .locomo import CATEGORIES, FACT_MODES, MODES, Conversation, EventSpec, Question, events, load_conversations
+from .locomo import (
+    CATEGORIES,
+    FACT_MODES,
+    MODES,
+    NEEDS_DATA,
+    Conversation,
+    EventSpec,
+    Question,
+    add_data_argument,
+    events,
+    load_conversations,
+)
+from .locomo import (
+    data_dir as locomo_dir,
+)
 from .references import BM25Reference, DenseReference, RRFReference
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo-dev"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 DEFAULT_MODES = ("a", "f")
 DEFAULT_BUDGETS = (300, 900, 2000, 6000)
@@ -144,7 +157,7 @@ class Variant:
 
 @dataclass
 class Config:
-    data_dir: Path = DEFAULT_DATA
+    data_dir: Path = field(default_factory=lambda: locomo_dir() or Path())
     conversations: list[str] | None = None
     modes: tuple[str, ...] = DEFAULT_MODES
     budgets: tuple[int, ...] = DEFAULT_BUDGETS
@@ -757,12 +770,7 @@ def _variant(text: str) -> Variant:
 
 def parse_args(argv: Sequence[str] | None = None) -> Config:
     p = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--data",
-        type=Path,
-        default=Path(os.environ.get("HAKI_LOCOMO_DIR", DEFAULT_DATA)),
-        help=f"folder of LoCoMo *.json (default {DEFAULT_DATA}, or $HAKI_LOCOMO_DIR)",
-    )
+    add_data_argument(p)
     p.add_argument("--conversations", help="comma-separated file stems, e.g. 26,30 (default: all)")
     p.add_argument(
         "--modes",
@@ -834,7 +842,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     if not config.data_dir.is_dir():
-        print(f"no LoCoMo data at {config.data_dir} (pass --data)", file=sys.stderr)
+        print(f"no LoCoMo data at {config.data_dir}: this harness {NEEDS_DATA}, or pass --data", file=sys.stderr)
         return 2
     asyncio.run(run(config))
     return 0

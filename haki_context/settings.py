@@ -6,21 +6,25 @@ Settings are read from the environment (`HAKI_<NAME>`); tests build a
 bad value fails at start-up with the variable's name, not at the first call.
 
 The ranking settings start from a named profile (`HAKI_RANKING_PROFILE`):
-`default`, the shipped ranking, or `seed`, the original specification's. A
-setting given explicitly overrides its profile's value.
+`default`, the shipped ranking, or `classic`, the plain cosine-and-full-text
+ranking without cues (PROFILES says what it sets). A setting given explicitly
+overrides its profile's value.
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
+import logging
 import os
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -46,7 +50,11 @@ class RankingProfile(str, Enum):
     """A named set of ranking settings."""
 
     DEFAULT = "default"  # the shipped ranking (docs/retrieval.md)
-    SEED = "seed"  # the original specification's ranking (docs/design.md)
+    CLASSIC = "classic"  # the plain cosine-and-full-text ranking without cues (docs/design.md)
+
+
+# A profile's former name, still accepted (with a warning) for a release, then refused.
+DEPRECATED_PROFILES: dict[str, RankingProfile] = {"seed": RankingProfile.CLASSIC}
 
 
 class FullTextRank(str, Enum):
@@ -95,7 +103,10 @@ class Packing(str, Enum):
 # What each profile sets, unless a setting is given explicitly.
 PROFILES: dict[RankingProfile, dict[str, Any]] = {
     RankingProfile.DEFAULT: {},
-    RankingProfile.SEED: {
+    # Episodes by cosine alone (none by full text), 8 whatever the budget, served as compact
+    # JSON; facts by 0.6 x cosine + 0.25 x cover-density full text + 0.15 x recency, packed before
+    # the episodes; no speaker, date or neighbour cue; a turn a served fact cites is served too.
+    RankingProfile.CLASSIC: {
         "episode_ranking": EpisodeRanking.COSINE,
         "episode_top_k": 8,
         "episode_max_k": 8,
@@ -109,6 +120,7 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
         "date_boost": 0.0,
         "neighbour_weight": 0.0,
         "skip_cited_turns": False,
+        "skip_repeated_texts": False,
     },
 }
 
@@ -121,7 +133,7 @@ class Settings(BaseSettings):
     # --- serving
     host: str = "127.0.0.1"
     """Address the server binds."""
-    port: int = 8000
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
     """Port the server listens on."""
     data_dir: Path = Path("./.haki-data")
     """Where the embedded PostgreSQL keeps its data (unused with HAKI_DATABASE_URL)."""
@@ -188,7 +200,7 @@ class Settings(BaseSettings):
 
     # --- the assembler (docs/design.md)
     ranking_profile: RankingProfile = RankingProfile.DEFAULT
-    """The ranking settings to start from: default, or seed (the original specification's)."""
+    """The ranking settings to start from: default (the shipped ranking), or classic (the plain cosine-and-full-text ranking without cues; `seed`, its former name, still works for a release)."""
     max_budget: int = 100_000
     """Largest token budget a context call may ask for."""
     retrieval_top_k: int = 64
@@ -217,6 +229,8 @@ class Settings(BaseSettings):
     """Leave out a conversation turn a served fact cites as its source (CITED_BY_FACT): the fact says it, so the budget goes to other memory."""
     skip_restated_facts: bool = False
     """Leave out a fact whose every source is a turn served above it (SOURCES_SERVED): the turns say it in their own words. Off: an agent reading the packet's facts would miss it."""
+    skip_repeated_texts: bool = True
+    """Leave out an item whose text is the same as one served above it, whatever the spacing or case (SAME_TEXT_SERVED): the same turn recorded twice is served once."""
     date_boost: float = 0.3
     """Added to a fact's or turn's score when it is dated in the month or day the query names (0: off)."""
     neighbour_weight: float = 0.25
@@ -310,6 +324,17 @@ class Settings(BaseSettings):
         """Fill the ranking settings not given explicitly from the named profile."""
         if not isinstance(data, dict):
             return data
+        name = data.get("ranking_profile", RankingProfile.DEFAULT)
+        if isinstance(name, str) and name in DEPRECATED_PROFILES:
+            profile = DEPRECATED_PROFILES[name]
+            logging.getLogger(__name__).warning(
+                "HAKI_RANKING_PROFILE=%s is deprecated: the profile is named %s now (the same settings);"
+                " %s will be refused in a later release",
+                name,
+                profile.value,
+                name,
+            )
+            data = {**data, "ranking_profile": profile}
         try:
             profile = RankingProfile(data.get("ranking_profile", RankingProfile.DEFAULT))
         except ValueError:
@@ -367,3 +392,27 @@ def default(name: str) -> Any:
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment, with explicit overrides (CLI flags) on top."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+# HAKI_* variables the product reads outside Settings: the MCP command's API key
+# (mcp_server/stdio.py), a secret kept out of the settings and so out of their records.
+API_KEY_ENV = "HAKI_API_KEY"
+READ_OUTSIDE_SETTINGS = (API_KEY_ENV,)
+
+
+def unknown_settings(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """Each HAKI_* variable of `environ` (default: this process's) that nothing reads, with the
+    known name closest to it, or None when none is close: a misspelt setting is otherwise
+    ignored without a word. Names compare case-insensitively, as the settings are read."""
+    environ = os.environ if environ is None else environ
+    prefix = Settings.model_config["env_prefix"]
+    known = sorted({name.upper() for name in Settings.model_fields} | {n[len(prefix) :] for n in READ_OUTSIDE_SETTINGS})
+    unknown: list[tuple[str, str | None]] = []
+    for variable in sorted(environ):
+        name = variable.upper()
+        if not name.startswith(prefix) or name[len(prefix) :] in known:
+            continue
+        # Compared without the prefix: every name shares it, which would make any two look alike.
+        close = difflib.get_close_matches(name[len(prefix) :], known, n=1)
+        unknown.append((variable, prefix + close[0] if close else None))
+    return unknown

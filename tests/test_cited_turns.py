@@ -1,6 +1,6 @@
 """A conversation turn that a served fact cites as its source is left out (CITED_BY_FACT): the
 fact says it, and its tokens go to other memory. Only a turn recorded as an event of its own;
-never in the `seed` profile, or with HAKI_SKIP_CITED_TURNS=0."""
+never in the `classic` profile, or with HAKI_SKIP_CITED_TURNS=0."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def _pack(budget: int, facts: list[Item] = FACTS, turns: list[Item] = TURNS, **f
     return pack_merged(
         facts,
         turns,
-        lambda i: i[1],
-        lambda i: i[2],
-        budget,
-        ReasonCode.TOP_SCORE,
+        score=lambda i: i[1],
+        cost=lambda i: i[2],
+        budget_left=budget,
+        included=ReasonCode.TOP_SCORE,
         cites=lambda f: f[3],
         cited_as=lambda t: t[3],
         **flags,
@@ -89,8 +89,8 @@ def test_with_sections_a_turn_cited_by_any_served_fact_is_left_out_and_the_gate_
     ]
 
 
-def test_on_by_default_and_off_in_the_seed_profile() -> None:
-    assert Settings().skip_cited_turns and not Settings(ranking_profile="seed").skip_cited_turns
+def test_on_by_default_and_off_in_the_classic_profile() -> None:
+    assert Settings().skip_cited_turns and not Settings(ranking_profile="classic").skip_cited_turns
 
 
 def test_a_record_made_before_the_rule_replays_without_it_under_the_same_record() -> None:
@@ -98,14 +98,14 @@ def test_a_record_made_before_the_rule_replays_without_it_under_the_same_record(
     assert now.settings["skip_cited_turns"] is True
     assert settings_records.settings_with(Settings(), now).skip_cited_turns
     # A record made before the setting existed has no such key: its settings decide without
-    # the rule, and make the same record again (the same id), as seed's do.
+    # the rule, and make the same record again (the same id), as classic's do.
     body = {**now.body, "settings": {k: v for k, v in now.settings.items() if k != "skip_cited_turns"}}
     before = settings_records.SettingsRecord(now.id, body)
     replayed = settings_records.settings_with(Settings(), before)
     assert not replayed.skip_cited_turns
     assert settings_records.make_record(replayed, "m", "s").body == body
-    seed = settings_records.make_record(Settings(ranking_profile="seed"), "m", "s")
-    assert "skip_cited_turns" not in seed.settings
+    classic = settings_records.make_record(Settings(ranking_profile="classic"), "m", "s")
+    assert "skip_cited_turns" not in classic.settings
 
 
 # ---------------------------------------------------------------- through GraphQL
@@ -164,11 +164,11 @@ async def test_the_turn_a_served_fact_cites_is_left_out_and_traced(project_clien
     assert {"itemId": turn, "reasonCode": "CITED_BY_FACT"} in trace["trace"]["decisions"]
 
 
-async def test_the_turn_is_served_when_the_rule_is_off_or_in_the_seed_profile(
+async def test_the_turn_is_served_when_the_rule_is_off_or_in_the_classic_profile(
     runtime: Runtime, migrated: str, client: GraphQLClient, subject: str
 ) -> None:
     turn, _, _ = await _remember(client, subject)
-    for changes in ({"skip_cited_turns": False}, {"ranking_profile": "seed"}):
+    for changes in ({"skip_cited_turns": False}, {"ranking_profile": "classic"}):
         settings = make_settings(migrated, **changes)  # the profile's values, where not set
         other = client_for(Runtime(pool=runtime.pool, embedder=runtime.embedder, settings=settings))
         try:
@@ -283,13 +283,13 @@ async def test_with_the_rule_on_a_fact_whose_turn_is_served_above_it_is_left_out
         await base.http.aclose()
 
 
-async def test_by_default_and_in_seed_a_fact_whose_turn_is_served_is_kept(
+async def test_by_default_and_in_classic_a_fact_whose_turn_is_served_is_kept(
     runtime: Runtime, migrated: str, client: GraphQLClient, subject: str
 ) -> None:
-    assert not Settings().skip_restated_facts and not Settings(ranking_profile="seed").skip_restated_facts
+    assert not Settings().skip_restated_facts and not Settings(ranking_profile="classic").skip_restated_facts
     (turn,) = await record(client, subject, [TURN])
     fact = (await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
-    for changes in ({}, {"ranking_profile": "seed"}):
+    for changes in ({}, {"ranking_profile": "classic"}):
         other = client_for(
             Runtime(pool=runtime.pool, embedder=runtime.embedder, settings=make_settings(migrated, **changes))
         )

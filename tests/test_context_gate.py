@@ -38,9 +38,34 @@ async def test_gate_keeps_what_is_close(gated: GraphQLClient, subject: str) -> N
     assert packet["emptyReason"] is None
 
 
-async def test_subject_without_memory_has_no_empty_reason(gated: GraphQLClient, subject: str) -> None:
+async def test_a_subject_without_memory_says_no_memory(gated: GraphQLClient, subject: str) -> None:
     packet = await context(gated, subject, "anything at all")
-    assert packet["emptyReason"] is None and packet["facts"] == [] and packet["rendered"] == ""
+    assert packet["emptyReason"] == "NO_MEMORY" and packet["facts"] == [] and packet["rendered"] == ""
+    assert packet["status"] == "OK" and packet["trace"]["emptyReason"] == "NO_MEMORY"
+    assert packet["trace"]["decisions"] == []
+
+
+async def test_a_budget_too_small_for_anything_says_so(client: GraphQLClient, subject: str) -> None:
+    await assert_fact(client, subject, "invoice_language", "French")
+    await record(client, subject, ["Please send my invoices in French."])
+    packet = await context(client, subject, "Which language should invoices use?", budget=1)
+    assert packet["rendered"] == "" and packet["facts"] == [] and packet["episodes"] == []
+    assert packet["emptyReason"] == "BUDGET_TOO_SMALL" and packet["trace"]["emptyReason"] == "BUDGET_TOO_SMALL"
+    over = decisions(packet, reasonCode="OVER_BUDGET")
+    assert {d["itemKind"] for d in over} == {"FACT", "EPISODE"} and all(d["tokens"] > 1 for d in over)
+    served = await context(client, subject, "Which language should invoices use?", budget=900)
+    assert served["emptyReason"] is None and served["rendered"] != ""
+
+
+async def test_only_the_gate_counts_as_no_relevant_memory_in_stats(gated: GraphQLClient, subject: str) -> None:
+    """stats' noRelevantMemoryCalls counts the calls the gate emptied, not the other empty ones."""
+    since = (await gated.execute("{ stats { noRelevantMemoryCalls } }"))["stats"]["noRelevantMemoryCalls"]
+    await context(gated, subject, "nothing recorded yet")  # NO_MEMORY
+    await assert_fact(gated, subject, "hobby", "plays the violin every sunday")
+    await context(gated, subject, "plays the violin", budget=1)  # BUDGET_TOO_SMALL
+    await context(gated, subject, "quarterly revenue forecast spreadsheet")  # NO_RELEVANT_MEMORY
+    after = (await gated.execute("{ stats { noRelevantMemoryCalls } }"))["stats"]["noRelevantMemoryCalls"]
+    assert after - since == 1
 
 
 async def test_gate_off_by_default_serves_the_same_memory(client: GraphQLClient, subject: str) -> None:

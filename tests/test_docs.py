@@ -62,8 +62,25 @@ def test_relative_links_resolve() -> None:
 
 
 def test_docs_speak_of_the_product_not_its_history() -> None:
-    banned = re.compile(r"\b(?i:stop|round|issue) \d+\b|\b(?i:the)\s(?i:seed)\b|DESIGN\.md")
+    banned = re.compile(
+        r"\b(?i:stop|round|issue) \d+\b|\b(?i:the)\s(?i:seed)\b|DESIGN\.md"
+        r"|(?i:original\s+specification)|(?i:development\s+machine)|(?i:targets\s+set\s+for\s+this\s+work)"
+    )
     for doc in [README, *DOCS]:
         for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
             found = banned.search(line)
             assert found is None, f"{doc.relative_to(ROOT)}:{number}: {found.group(0)!r}"
+
+
+def test_every_pip_command_of_the_readme_is_the_virtualenvs() -> None:
+    """The two commands make `.venv`; every other install the README asks for goes into it too,
+    so a reader never wonders which pip is meant (the system's may be another Python's)."""
+    text = " ".join(README.read_text(encoding="utf-8").split())  # a command may wrap across lines
+    commands = re.findall(r"([\w./-]*pip) install", text)
+    assert len(commands) >= 4 and set(commands) == {".venv/bin/pip"}, commands
+
+
+def test_the_readme_says_the_first_session_needs_a_second_terminal() -> None:
+    """The server holds the terminal it was started in: the session's commands go in another."""
+    session = README.read_text(encoding="utf-8").split("## A first session", 1)[1].split("<!-- example:", 1)[0]
+    assert "second terminal" in " ".join(session.split())

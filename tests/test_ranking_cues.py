@@ -37,10 +37,10 @@ def test_a_named_day_matches_within_a_few_days_and_a_month_any_of_its_days() -> 
     )
 
 
-def test_the_cues_are_on_by_default_and_off_in_seed() -> None:
-    s, seed = Settings(), Settings(ranking_profile="seed")
+def test_the_cues_are_on_by_default_and_off_in_classic() -> None:
+    s, classic = Settings(), Settings(ranking_profile="classic")
     assert s.date_boost > 0 and s.neighbour_weight > 0
-    assert seed.date_boost == 0 and seed.neighbour_weight == 0
+    assert classic.date_boost == 0 and classic.neighbour_weight == 0
 
 
 async def _record_at(c: GraphQLClient, subject: str, turns: list[tuple[str, datetime]]) -> list[str]:

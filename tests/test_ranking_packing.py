@@ -1,4 +1,4 @@
-"""How facts and episodes share a packet's budget: one ranking by default, facts first in `seed`."""
+"""How facts and episodes share a packet's budget: one ranking by default, facts first in `classic`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,13 @@ def test_merged_packing_takes_items_of_both_kinds_by_decreasing_score() -> None:
     facts = [("f1", 0.9, 4), ("f2", 0.5, 4), ("f3", 0.2, 4)]
     chunks = [("c1", 0.7, 4), ("c2", 0.5, 4), ("c3", 0.4, 20)]
     fact_section, chunk_section = pack_merged(
-        facts, chunks, lambda i: i[1], lambda i: i[2], 16, ReasonCode.TOP_SCORE, lambda i: i[0] == "c2"
+        facts,
+        chunks,
+        score=lambda i: i[1],
+        cost=lambda i: i[2],
+        budget_left=16,
+        included=ReasonCode.TOP_SCORE,
+        gated=lambda i: i[0] == "c2",
     )
     # f1 (0.9), c1 (0.7), f2 (0.5, before the gated c2); c3 is too big; f3 still fits
     assert [f[0] for f in fact_section.kept] == ["f1", "f2", "f3"]
@@ -31,14 +37,19 @@ def test_merged_packing_takes_items_of_both_kinds_by_decreasing_score() -> None:
 
 def test_merged_packing_serves_a_fact_before_an_episode_of_the_same_score() -> None:
     fact_section, chunk_section = pack_merged(
-        [("f", 0.5, 5)], [("c", 0.5, 5)], lambda i: i[1], lambda i: i[2], 5, ReasonCode.TOP_SCORE
+        [("f", 0.5, 5)],
+        [("c", 0.5, 5)],
+        score=lambda i: i[1],
+        cost=lambda i: i[2],
+        budget_left=5,
+        included=ReasonCode.TOP_SCORE,
     )
     assert [f[0] for f in fact_section.kept] == ["f"] and chunk_section.kept == []
 
 
-def test_facts_share_one_ranking_with_episodes_by_default_and_come_first_in_seed() -> None:
+def test_facts_share_one_ranking_with_episodes_by_default_and_come_first_in_classic() -> None:
     assert Settings().packing is Packing.MERGED
-    assert Settings(ranking_profile="seed").packing is Packing.SECTIONS
+    assert Settings(ranking_profile="classic").packing is Packing.SECTIONS
 
 
 async def _crowded(runtime: Runtime, migrated: str, subject: str, packing: str) -> dict:  # type: ignore[type-arg]

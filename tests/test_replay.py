@@ -118,9 +118,11 @@ async def test_overrides_change_the_budget_profile_or_any_decision_setting(clien
     assert all(
         c["after"]["reasonCode"] == "OVER_BUDGET" for c in small["diff"]["changes"] if "DECISION_CHANGED" in c["kinds"]
     )
-    seed = await replay(client, stored["traceId"], **{"with": {"profile": "SEED"}})
-    assert seed["settings"]["rankingProfile"] == "seed" and seed["settings"]["id"] != small["settings"]["id"]
-    assert not seed["diff"]["identical"]
+    classic = await replay(client, stored["traceId"], **{"with": {"profile": "CLASSIC"}})
+    assert classic["settings"]["rankingProfile"] == "classic" and classic["settings"]["id"] != small["settings"]["id"]
+    assert not classic["diff"]["identical"]
+    seed = await replay(client, stored["traceId"], **{"with": {"profile": "SEED"}})  # CLASSIC's former name
+    assert seed["settings"] == classic["settings"] and seed["diff"] == classic["diff"]
     flat = await replay(client, stored["traceId"], **{"with": {"settings": {"weight_recency": 0.0}}})
     assert flat["settings"]["values"]["weight_recency"] == 0.0
     assert flat["diff"]["scoreChanged"] > 0
@@ -208,3 +210,28 @@ async def test_an_unpersisted_replay_with_overrides_still_names_its_settings(
     tuned = await replay(client, stored["traceId"], **{"with": {"settings": {"retrieval_top_k": 8}}})
     assert tuned["packet"]["trace"]["settings"]["id"] == tuned["settings"]["id"]
     assert tuned["settings"]["values"]["retrieval_top_k"] == 8
+
+
+async def test_every_score_change_says_which_components_moved(client: GraphQLClient, subject: str) -> None:
+    facts = await remember(client, subject)
+    stored = await ask(client, subject, "Where does Ann live with her dog, and who employs her?", 6000)
+    flat = await replay(client, stored["traceId"], **{"with": {"settings": {"weight_recency": 0.0}}})
+    rescored = [c for c in flat["diff"]["changes"] if "SCORE_CHANGED" in c["kinds"]]
+    assert rescored and len(rescored) == flat["diff"]["scoreChanged"]
+    for c in rescored:  # only the weight moved: the score, and nothing it is made of
+        before, after = c["before"]["score"], c["after"]["score"]
+        assert c["why"] == f"score {before:.3f} -> {after:.3f} ({after - before:+.3f})", c
+
+    # Of the memory now: recency has moved with time, and what changed in memory says more where it tells.
+    await assert_fact(client, subject, "employer", "Globex", mode="CONTEST")
+    now = await replay(client, stored["traceId"], now=True)
+    rescored = [c for c in now["diff"]["changes"] if "SCORE_CHANGED" in c["kinds"]]
+    assert rescored and all(c["why"] for c in rescored), rescored
+    acme = next(c for c in rescored if c["itemId"] == facts["employer"])
+    assert acme["why"].startswith("held in the open conflict set "), acme
+    drifted = [c for c in rescored if c["kinds"] == ["SCORE_CHANGED"]]
+    assert drifted
+    for c in drifted:  # each component that moved, by the name the text gives it
+        named = sorted({"fullText": "full text"}.get(n, n) for n in c["componentsChanged"])
+        told = sorted(part.split(" -> ")[0].rsplit(" ", 1)[0] for part in c["why"].split("; "))
+        assert told == named, c

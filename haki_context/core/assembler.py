@@ -42,7 +42,7 @@ from .history import check_as_of
 from .limits import check_budget, check_subject_id, clean_query
 from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
 from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
-from .packing import Section, episode_line, fact_line, pack_merged, pack_section, render, tokens
+from .packing import Section, episode_line, fact_line, pack_merged, pack_section, render, same_text, tokens
 from .runtime import Runtime
 from .scoring import Components, Weights, best_neighbours, components
 from .settings_records import SettingsRecord, ensure_written
@@ -181,29 +181,41 @@ async def start_assembly(
 
     with clock.deciding():
         gate = s.recall_max_distance
+        text_of = _text if s.skip_repeated_texts else None
         if s.packing is Packing.MERGED:
             # 7+9. Facts and episodes as one ranking: the budget goes to what answers best, whatever
             # its kind, so facts cannot crowd the conversation out; multi-hop facts take what is left.
             fact_section, episodes = pack_merged(
                 facts.servable,
                 chunks,
-                _score,
-                _cost,
-                budget,
-                ReasonCode.TOP_SCORE,
-                lambda i: 0 < gate < i.parts.distance,
+                score=_score,
+                cost=_cost,
+                budget_left=budget,
+                included=ReasonCode.TOP_SCORE,
+                gated=lambda i: 0 < gate < i.parts.distance,
                 cites=_sources,
                 cited_as=_turn_event,
                 skip_cited=s.skip_cited_turns,
                 skip_restated=s.skip_restated_facts,
+                text_of=text_of,
             )
             facts = replace(facts, section=fact_section)
             hops = pack_section(
-                _hop_facts(hop_rows, now, weights), _cost, episodes.left, ReasonCode.MULTI_HOP_EXPANSION
+                _hop_facts(hop_rows, now, weights),
+                _cost,
+                episodes.left,
+                ReasonCode.MULTI_HOP_EXPANSION,
+                text_of=text_of,
+                said=_said(text_of, fact_section.kept, episodes.kept),
             )
         else:
             hops = pack_section(
-                _hop_facts(hop_rows, now, weights), _cost, facts.section.left, ReasonCode.MULTI_HOP_EXPANSION
+                _hop_facts(hop_rows, now, weights),
+                _cost,
+                facts.section.left,
+                ReasonCode.MULTI_HOP_EXPANSION,
+                text_of=text_of,
+                said=_said(text_of, facts.section.kept),
             )
             # 9. Episodes, packed into what is left of the same budget.
             served = {e for f in facts.section.kept + hops.kept for e in _sources(f)} if s.skip_cited_turns else set()
@@ -214,6 +226,8 @@ async def start_assembly(
                 ReasonCode.TOP_SCORE,
                 lambda c: 0 < gate < c.parts.distance,
                 lambda c: _turn_event(c) in served,
+                text_of=text_of,
+                said=_said(text_of, facts.section.kept, hops.kept),
             )
     clock.retrieval_ended()
 
@@ -350,7 +364,14 @@ def _decide_facts(found: retrieval.FactCandidates, now: datetime, w: Weights, s:
     blocked += [_blocked(f.row, ReasonCode.VOLATILITY_EXPIRED, f.tokens) for f in scored if f.row.id in expired_ids]
     servable = [f for f in scored if f.row.id not in expired_ids]
     gate = s.recall_max_distance
-    section = pack_section(servable, _cost, budget, ReasonCode.TOP_SCORE, lambda f: 0 < gate < f.parts.distance)
+    section = pack_section(
+        servable,
+        _cost,
+        budget,
+        ReasonCode.TOP_SCORE,
+        lambda f: 0 < gate < f.parts.distance,
+        text_of=_text if s.skip_repeated_texts else None,
+    )
     return _FactStep(scored, servable, blocked, len(scored) - len(servable), found.blocked_total, section)
 
 
@@ -436,6 +457,18 @@ def _score(item: _Fact | _Chunk) -> float:
     return item.score
 
 
+def _text(item: _Fact | _Chunk) -> str:
+    """What an item says in the packet, without its date: a fact's text, a chunk's excerpt."""
+    return item.row.text if isinstance(item, _Fact) else item.excerpt
+
+
+def _said(text_of: Callable[[_Fact | _Chunk], str] | None, *served: list[_Fact] | list[_Chunk]) -> set[str]:
+    """The texts of the items served by earlier sections, as packing.same_text keys (none when the rule is off)."""
+    if text_of is None:
+        return set()
+    return {same_text(text_of(item)) for items in served for item in items}
+
+
 def _sources(f: _Fact) -> tuple[str, ...]:
     """The events a fact cites as its sources."""
     return f.row.source_event_ids
@@ -469,9 +502,6 @@ def _trace(
     )
     warnings = _warnings(facts.blocked_total, facts.expired)
     kept = facts.section.kept + hops.kept
-    gated = sum(d.reason_code is ReasonCode.BELOW_RELEVANCE_FLOOR for d in decisions)
-    considered = servable + len(episodes.verdicts)
-    all_gated = considered > 0 and gated == considered and not kept and not episodes.kept
     return ContextTrace(
         id=str(uuid.uuid4()),
         subject_id=subject_id,
@@ -479,7 +509,7 @@ def _trace(
         budget_tokens=budget,
         used_tokens=sum(f.tokens for f in kept) + sum(c.tokens for c in episodes.kept),
         status=PacketStatus.DEGRADED if warnings else PacketStatus.OK,
-        empty_reason=EmptyReason.NO_RELEVANT_MEMORY if all_gated else None,
+        empty_reason=_empty_reason(decisions),
         warnings=warnings,
         created_at=now,
         timings=clock.timings(),
@@ -646,6 +676,22 @@ def _warnings(open_conflict: int, expired: int) -> tuple[str, ...]:
     if expired:
         out.append(f"volatility_expired: {expired} fact(s) hidden past their volatility horizon")
     return tuple(out)
+
+
+def _empty_reason(decisions: list[TraceDecision]) -> EmptyReason | None:
+    """Why nothing was served, when nothing was: the subject held nothing to consider
+    (NO_MEMORY), items fit for the query were found but none fit the budget (BUDGET_TOO_SMALL),
+    or the recall gate set every candidate aside (NO_RELEVANT_MEMORY). None when something was
+    served, or when every candidate was blocked (the warnings say so)."""
+    if any(d.decision is Decision.INCLUDED for d in decisions):
+        return None
+    if not decisions:
+        return EmptyReason.NO_MEMORY
+    if any(d.reason_code is ReasonCode.OVER_BUDGET for d in decisions):
+        return EmptyReason.BUDGET_TOO_SMALL
+    if any(d.reason_code is ReasonCode.BELOW_RELEVANCE_FLOOR for d in decisions):
+        return EmptyReason.NO_RELEVANT_MEMORY
+    return None
 
 
 def _counts(decisions: list[TraceDecision]) -> DecisionCounts:

@@ -53,7 +53,11 @@ class PacketStatus(str, enum.Enum):
 
 
 class EmptyReason(str, enum.Enum):
-    NO_RELEVANT_MEMORY = "NO_RELEVANT_MEMORY"
+    """Why a packet serves nothing (core/assembler.py decides which)."""
+
+    NO_RELEVANT_MEMORY = "NO_RELEVANT_MEMORY"  # the recall gate set every candidate aside
+    NO_MEMORY = "NO_MEMORY"  # the subject held nothing to consider (at the call's instant)
+    BUDGET_TOO_SMALL = "BUDGET_TOO_SMALL"  # items fit for the query were found, none fit the budget
 
 
 class ItemKind(str, enum.Enum):
@@ -76,6 +80,7 @@ class ReasonCode(str, enum.Enum):
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
     CITED_BY_FACT = "CITED_BY_FACT"  # excluded: a conversation turn a served fact cites as its source
     SOURCES_SERVED = "SOURCES_SERVED"  # excluded: a fact whose every source turn is served above it
+    SAME_TEXT_SERVED = "SAME_TEXT_SERVED"  # excluded: an item whose text is the same as one served above it
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,15 @@ Every section of a packet (facts, multi-hop facts, episodes) is packed the same
 way, by `pack_section` (or two at once by `pack_merged`): items in rank order,
 those past the recall gate set aside (BELOW_RELEVANCE_FLOOR), then what is said
 already: a turn a served fact cites (CITED_BY_FACT) and, in one ranking, a fact
-whose every source turn is served (SOURCES_SERVED), so the tokens go to other
-memory; the rest taken while they fit (else OVER_BUDGET). The verdicts are the
-decision ladder, in one place.
+whose every source turn is served (SOURCES_SERVED), and an item whose text is
+the same as one served above it (SAME_TEXT_SERVED: the same turn recorded twice),
+so the tokens go to other memory; the rest taken while they fit (else
+OVER_BUDGET). The verdicts are the decision ladder, in one place.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, NamedTuple, TypeVar
@@ -76,32 +77,38 @@ def pack_section(
     included: ReasonCode,
     gated: Callable[[T], bool] = lambda _: False,
     cited: Callable[[T], bool] = lambda _: False,
+    *,
+    text_of: Callable[[T], str] | None = None,
+    said: Collection[str] = (),
 ) -> Section[T]:
     """Pack `ranked` (best first) into `budget_left`. An item past the recall gate is excluded
     whatever budget remains (BELOW_RELEVANCE_FLOOR); then one `cited` by a served fact is
-    excluded CITED_BY_FACT; one that fits is included for `included`; one that does not is
-    excluded OVER_BUDGET."""
-    set_aside = [_set_aside(item, gated, cited) for item in ranked]
-    kept, left = pack([item for item, why in zip(ranked, set_aside) if why is None], cost, budget_left)
-    kept_ids = {id(item) for item in kept}
-    verdicts = []
-    for item, why in zip(ranked, set_aside):
-        if why is not None:
-            verdicts.append(Verdict(item, Decision.EXCLUDED, why))
-        elif id(item) in kept_ids:
+    excluded CITED_BY_FACT; with `text_of`, one whose text is the same (`same_text`) as an item
+    served before it, or as one of `said` (earlier sections' served texts, as `same_text` keys),
+    is excluded SAME_TEXT_SERVED; one that fits is included for `included`; one that does not
+    is excluded OVER_BUDGET."""
+    served = set(said)
+    verdicts: list[Verdict[T]] = []
+    for item in ranked:
+        if gated(item):
+            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR))
+        elif cited(item):
+            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.CITED_BY_FACT))
+        elif text_of is not None and same_text(text_of(item)) in served:
+            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED))
+        elif (c := cost(item)) <= budget_left:
+            budget_left -= c
             verdicts.append(Verdict(item, Decision.INCLUDED, included))
+            if text_of is not None:
+                served.add(same_text(text_of(item)))
         else:
             verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.OVER_BUDGET))
-    return Section(kept, left, verdicts)
+    return Section([v.item for v in verdicts if v.decision is Decision.INCLUDED], budget_left, verdicts)
 
 
-def _set_aside(item: T, gated: Callable[[T], bool], cited: Callable[[T], bool]) -> ReasonCode | None:
-    """Why an item is excluded whatever budget remains, if it is."""
-    if gated(item):
-        return ReasonCode.BELOW_RELEVANCE_FLOOR
-    if cited(item):
-        return ReasonCode.CITED_BY_FACT
-    return None
+def same_text(text: str) -> str:
+    """What makes two served texts the same: their words, whatever the spacing and the case."""
+    return " ".join(text.split()).casefold()
 
 
 def render(lines: Sequence[str]) -> str:
@@ -116,6 +123,7 @@ B = TypeVar("B")
 def pack_merged(
     first: Sequence[A],
     second: Sequence[B],
+    *,
     score: Callable[[A | B], float],
     cost: Callable[[A | B], int],
     budget_left: int,
@@ -125,6 +133,7 @@ def pack_merged(
     cited_as: Callable[[B], str | None] = lambda _: None,
     skip_cited: bool = True,
     skip_restated: bool = False,
+    text_of: Callable[[A | B], str] | None = None,
 ) -> tuple[Section[A], Section[B]]:
     """Pack two ranked sections (each best first) as one ranking by decreasing `score`, the
     first's item first at a tie: whichever kind answers better takes the budget. Each section's
@@ -134,11 +143,14 @@ def pack_merged(
     item of the second section whose `cited_as` key is among the `cites` keys of the first
     section's items included before it is excluded CITED_BY_FACT; with `skip_restated`, an item
     of the first section whose `cites` keys are all `cited_as` keys of second-section items
-    included before it is excluded SOURCES_SERVED."""
+    included before it is excluded SOURCES_SERVED; with `text_of`, an item whose text is the
+    same (`same_text`) as an item of either section included before it is excluded
+    SAME_TEXT_SERVED."""
     order = sorted([(-score(a), 0, i) for i, a in enumerate(first)] + [(-score(b), 1, i) for i, b in enumerate(second)])
     decided: list[dict[int, tuple[Decision, ReasonCode]]] = [{}, {}]
     served_cites: set[str] = set()  # what the first section's included items cite
     served_keys: set[str] = set()  # the keys of the second section's included items
+    served_texts: set[str] = set()  # both sections' included items, as same_text keys
     for _, which, i in order:
         item: A | B = first[i] if which == 0 else second[i]
         if gated(item):
@@ -147,9 +159,13 @@ def pack_merged(
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.CITED_BY_FACT)
         elif skip_restated and which == 0 and (sources := set(cites(first[i]))) and sources <= served_keys:
             decided[which][i] = (Decision.EXCLUDED, ReasonCode.SOURCES_SERVED)
+        elif text_of is not None and same_text(text_of(item)) in served_texts:
+            decided[which][i] = (Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED)
         elif (c := cost(item)) <= budget_left:
             budget_left -= c
             decided[which][i] = (Decision.INCLUDED, included)
+            if text_of is not None:
+                served_texts.add(same_text(text_of(item)))
             if which == 0:
                 served_cites.update(cites(first[i]))
             elif (key := cited_as(second[i])) is not None:

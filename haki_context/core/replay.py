@@ -24,7 +24,7 @@ from typing import Any
 from ..db import events as db_events
 from ..db import facts as db_facts
 from ..settings import RankingProfile
-from . import assembler, settings_records
+from . import assembler, served, settings_records
 from .errors import NotFound
 from .limits import try_parse_id
 from .models import Decision, Event, Fact, FactEndReason, ItemKind, ReasonCode
@@ -104,7 +104,12 @@ async def replay(
     assembly = await assembler.start_assembly(
         runtime, project_id, original.subject_id, original.query, budget, as_of=instant, persist=persist
     )
-    changes = diff(original.decisions or (), assembly.packet.trace.decisions or ())
+    # Both sides numbered in the order each call packed its items in (TraceDecision.overallRank).
+    stored_settings = await served.call_settings(rt, project_id, original.settings_id)
+    changes = diff(
+        served.with_overall_ranks(original.decisions or (), stored_settings.packing),
+        served.with_overall_ranks(assembly.packet.trace.decisions or (), settings.packing),
+    )
     if compare_with_now and changes.changes:
         changes = await _explained(rt, project_id, changes, called_for)
     return Replay(
@@ -146,7 +151,10 @@ async def _explained(rt: Runtime, project_id: str, changes: TraceDiff, then: dat
             why = _fact_why(c, facts.get(c.item_id), then)
         else:
             why = _event_why(c, events.get(c.item_id), then)
-        out.append(replace(c, why=why))
+        # What changed in memory explains the change where it tells; else the diff's own why (the
+        # components that moved, replay_diff.score_why), which recency drifting with time alone
+        # would otherwise add to every item of a comparison with now.
+        out.append(replace(c, why=why or c.why))
     return TraceDiff(tuple(out))
 
 
@@ -174,6 +182,8 @@ def _fact_why(c: ItemChange, fact: Fact | None, then: datetime) -> str | None:
         return "left out: the turns it cites are served now"
     if restated_before and after is not None and after.reason_code is not ReasonCode.SOURCES_SERVED:
         return "no longer left out for the turns it cites"
+    if (repeated := _repeat_why(c)) is not None:
+        return repeated
     if after is not None and after.reason_code is ReasonCode.VOLATILITY_EXPIRED:
         return "past its volatility horizon now"
     if fact.valid_to is not None and fact.valid_to <= datetime.now(UTC) and after is None:
@@ -196,4 +206,15 @@ def _event_why(c: ItemChange, event: Event | None, then: datetime) -> str | None
         return "left out: a fact served now cites this turn"
     if cited_before and after is not None and after.reason_code is not ReasonCode.CITED_BY_FACT:
         return "no longer left out for a fact citing it"
+    return _repeat_why(c)
+
+
+def _repeat_why(c: ItemChange) -> str | None:
+    """Why an item's repeat verdict (SAME_TEXT_SERVED) changed, when it did."""
+    before = c.before is not None and c.before.reason_code is ReasonCode.SAME_TEXT_SERVED
+    after = c.after is not None and c.after.reason_code is ReasonCode.SAME_TEXT_SERVED
+    if after and not before:
+        return "left out: the same text is served above it now"
+    if before and c.after is not None and not after:
+        return "no longer left out: its text is not served above it now"
     return None

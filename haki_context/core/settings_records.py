@@ -45,6 +45,7 @@ DECISION_SETTINGS = (
     "packing",
     "skip_cited_turns",
     "skip_restated_facts",
+    "skip_repeated_texts",
     "date_boost",
     "neighbour_weight",
     "neighbour_window_s",
@@ -72,7 +73,7 @@ DECISION_SETTINGS = (
 
 # Decision settings added after records were first kept, with the value that behaves as the
 # server did before: a record without one ran without the rule, and its replay does too.
-ADDED_LATER: dict[str, Any] = {"skip_cited_turns": False, "skip_restated_facts": False}
+ADDED_LATER: dict[str, Any] = {"skip_cited_turns": False, "skip_restated_facts": False, "skip_repeated_texts": False}
 
 # Settings that change how the server runs, never what a call decides.
 OPERATIONAL_SETTINGS = (
@@ -122,6 +123,13 @@ OPERATIONAL_SETTINGS = (
 # The record's layout; a change of it makes new ids, never a misread old record.
 RECORD_VERSION = 1
 
+# A profile as a record spells it, where that differs from its name: `classic` was named `seed`
+# when records were first kept, and records keep that spelling, so the same settings make the
+# same record (the same id) before and after the rename, and a stored record of either reads
+# and replays as `classic`. A record is read with the profile's name (SettingsRecord.settings).
+RECORDED_PROFILES: dict[str, str] = {RankingProfile.CLASSIC.value: "seed"}
+_PROFILES_RECORDED = {spelling: name for name, spelling in RECORDED_PROFILES.items()}
+
 
 @dataclass(frozen=True)
 class SettingsRecord:
@@ -132,8 +140,12 @@ class SettingsRecord:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The decision settings by name, as JSON values."""
-        return dict(self.body.get("settings", {}))
+        """The decision settings by name, as JSON values (the profile by its name, RECORDED_PROFILES)."""
+        values = dict(self.body.get("settings", {}))
+        profile = values.get("ranking_profile")
+        if isinstance(profile, str) and profile in _PROFILES_RECORDED:
+            values["ranking_profile"] = _PROFILES_RECORDED[profile]
+        return values
 
     @property
     def embedder(self) -> dict[str, str]:
@@ -146,10 +158,13 @@ def make_record(settings: Settings, embedder_name: str, embedder_space: str) -> 
 
     A setting of ADDED_LATER is left out while it holds the value that behaves as before it
     existed: settings that decide as a record made before it decided keep that record's id, so
-    its replay runs under the same record."""
+    its replay runs under the same record. For the same reason a profile is written as records
+    spell it (RECORDED_PROFILES)."""
     names = [n for n in DECISION_SETTINGS if n in Settings.model_fields]
     values = settings.model_dump(mode="json", include=set(names))
     values = {k: v for k, v in values.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
+    profile = values["ranking_profile"]
+    values["ranking_profile"] = RECORDED_PROFILES.get(profile, profile)
     body = {
         "version": RECORD_VERSION,
         "settings": values,

@@ -130,8 +130,8 @@ def _as_dict(message: Any) -> dict[str, Any]:
 
 
 def served_excerpt(excerpt_format: ExcerptFormat, text: str, json_excerpt: str, is_turn: bool, limit: int) -> str:
-    """What a packet serves for a chunk: JSON is the original specification's
-    `"<kind> <compact JSON>"`; TEXT serves a turn as its own words (`"<speaker>: <text>"`),
+    """What a packet serves for a chunk: JSON is `"<kind> <compact JSON>"` for every chunk (the
+    classic profile's); TEXT serves a turn as its own words (`"<speaker>: <text>"`),
     cut to `limit`, and keeps the JSON form for payloads that are not turns."""
     if excerpt_format is ExcerptFormat.TEXT and is_turn:
         return text[:limit]

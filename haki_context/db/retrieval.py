@@ -45,7 +45,7 @@ query)` (stop words gone, words stemmed), each quoted into a `tsquery` value:
 user text is never parsed as tsquery syntax. Rows holding any of them are
 ranked by `full_text_rank`: "idf" (default; a rare word such as a name weighs
 more than "talk", which serves more of the right facts: docs/retrieval.md) or
-"cover_density" (the original specification's ts_rank_cd of their OR). Rows are found through
+"cover_density" (ts_rank_cd of their OR, the classic profile's). Rows are found through
 the scoped lexemes (migration 0009: each lexeme prefixed by its scope's tag,
 `_SCOPED`), so a scope's rows holding a word are one posting list of the index
 whatever the table holds; ranks read `search_vector` itself.
@@ -168,7 +168,7 @@ class _Lexical:
 
 
 def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap: str) -> _Lexical:
-    """ts_rank_cd of the OR of the query's lexemes (the original specification's rank): every matching row is read
+    """ts_rank_cd of the OR of the query's lexemes (the classic profile's rank): every matching row is read
     (`cap` does not apply)."""
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
     return _Lexical(

@@ -17,6 +17,7 @@ REASON_COLUMNS: dict[str, str] = {
     "VOLATILITY_EXPIRED": "n_volatility_expired",
     "CITED_BY_FACT": "n_cited_by_fact",
     "SOURCES_SERVED": "n_sources_served",
+    "SAME_TEXT_SERVED": "n_same_text_served",
 }
 
 # The decision columns, as named by core.packet.TraceDecision's fields, with their SQL types.
@@ -189,7 +190,7 @@ STATS_SQL = f"""
 SELECT count(*) AS calls,
        coalesce(sum((facts_served > 0)::int), 0) AS injected,
        coalesce(sum((facts_served = 0 AND episodes_served = 0)::int), 0) AS empty,
-       coalesce(sum((empty_reason IS NOT NULL)::int), 0) AS no_relevant,
+       coalesce(sum((empty_reason IS NOT DISTINCT FROM 'NO_RELEVANT_MEMORY')::int), 0) AS no_relevant,
        coalesce(sum((status = 'DEGRADED')::int), 0) AS degraded,
        coalesce(sum(facts_served), 0) AS facts_served,
        coalesce(sum(used_tokens), 0) AS used_tokens,
@@ -227,7 +228,7 @@ SELECT date_bin($4::interval, created_at, '2000-01-03T00:00:00Z') AS bucket,
        count(*) AS calls,
        sum((facts_served > 0)::int) AS injected,
        sum((facts_served = 0 AND episodes_served = 0)::int) AS empty,
-       sum((empty_reason IS NOT NULL)::int) AS no_relevant,
+       sum((empty_reason IS NOT DISTINCT FROM 'NO_RELEVANT_MEMORY')::int) AS no_relevant,
        sum((status = 'DEGRADED')::int) AS degraded,
        sum(facts_served) AS facts_served,
        sum(used_tokens) AS used_tokens,

@@ -277,7 +277,7 @@ class MemoryTools:
         """Explain a get_context call: every fact and episode it considered, in rank order, with its
         decision (INCLUDED, EXCLUDED or BLOCKED), the reason (TOP_SCORE, MULTI_HOP_EXPANSION,
         OVER_BUDGET, BELOW_RELEVANCE_FLOOR, CONFLICT_OPEN, VOLATILITY_EXPIRED, CITED_BY_FACT,
-        SOURCES_SERVED) and its score components (similarity, full-text rank, recency). `trace` is
+        SOURCES_SERVED, SAME_TEXT_SERVED) and its score components (similarity, full-text rank, recency). `trace` is
         null for an unknown id."""
         return await self._run(EXPLAIN, {"id": trace_id}, ctx)
 

@@ -23,6 +23,16 @@ from ..core.models import (
     Volatility,
 )
 
+# Descriptions GraphiQL shows for the enums whose values a client acts on.
+_DESCRIPTIONS: dict[type, str] = {
+    EmptyReason: (
+        "Why a packet serves nothing. NO_RELEVANT_MEMORY: the recall gate set every candidate aside "
+        "(the subject holds memory, none of it about the query). NO_MEMORY: the subject held nothing "
+        "to consider at the call's instant. BUDGET_TOO_SMALL: items fit for the query were found but "
+        "none fits the budget (the trace's OVER_BUDGET decisions give their tokens)."
+    ),
+}
+
 for _enum in (
     FactStatus,
     FactEndReason,
@@ -36,7 +46,7 @@ for _enum in (
     Decision,
     ReasonCode,
 ):
-    strawberry.enum(_enum)
+    strawberry.enum(_enum, description=_DESCRIPTIONS.get(_enum))
 
 __all__ = [
     "AssertMode",

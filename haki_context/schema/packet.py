@@ -47,7 +47,7 @@ class TraceDecision:
     reason_code: ReasonCode = strawberry.field(description="Why.")
     rank: int | None = strawberry.field(
         description="1-based position in score order within its kind: facts (multi-hop facts numbered after them),"
-        " and episodes on their own; null for blocked items."
+        " and episodes on their own; null for blocked items. overallRank gives the order across kinds."
     )
     score: float | None = strawberry.field(description="Hybrid score; null for blocked items.")
     similarity: float | None = strawberry.field(description="1 - cosine distance.")
@@ -58,6 +58,18 @@ class TraceDecision:
     distance: float | None = strawberry.field(description="Cosine distance to the query.")
     tokens: int = strawberry.field(description="Tokens the item takes (or would take) in `rendered`.")
     via_entity: str | None = strawberry.field(description="The shared entity, for MULTI_HOP_EXPANSION.")
+
+    @strawberry.field(
+        description="1-based place in the one order the call packed its candidates in, across kinds: under"
+        " MERGED packing (the default) the facts and episodes of the main pack in one ranking by score (a fact"
+        " first at a tie), then the multi-hop facts; under SECTIONS packing facts, multi-hop facts, then"
+        " episodes. Null for blocked items. `rank` counts within a kind; `rendered` lists the served items by"
+        " kind (facts, multi-hop facts, episodes), each kind in this order."
+    )
+    def overall_rank(self) -> int | None:
+        # `self` is the core's decision: core/served.py's RankedDecision carries the place, which
+        # every list of decisions the API returns is given when this field is selected.
+        return getattr(self, "overall_rank", None)
 
     # Plain (sync) resolvers: `decisions` loads every fact and event its selection asks for in
     # one batch first, so these answer from the request's loader at once; an async resolver
@@ -83,7 +95,9 @@ class ContextTrace:
     budget_tokens: int = strawberry.field(description="The token budget of the call.")
     used_tokens: int = strawberry.field(description="Tokens served.")
     status: PacketStatus = strawberry.field(description="OK, or DEGRADED when warnings exist.")
-    empty_reason: EmptyReason | None = strawberry.field(description="NO_RELEVANT_MEMORY when the gate emptied it.")
+    empty_reason: EmptyReason | None = strawberry.field(
+        description="Why nothing was served, when nothing was (see EmptyReason); null otherwise."
+    )
     warnings: list[str] = strawberry.field(description="Warnings of the packet.")
     created_at: datetime = strawberry.field(description="The call's instant ('now' of every statement).")
     counts: DecisionCounts = strawberry.field(description="Decisions by kind.")
@@ -101,6 +115,16 @@ class ContextTrace:
         record = await replay_resolvers.settings_record(info.context, self.settings_id)
         return None if record is None else settings_type(record)
 
+    @strawberry.field(
+        description="The packet's `rendered` text as the call served it: rebuilt by the server's own renderer from"
+        " the served decisions, the items' stored texts and the settings the call ran under (a trace stores no"
+        ' text). "" when nothing was served; null when a served item is no longer stored (its subject'
+        " forgotten) or no longer renders to the tokens the call recorded for it."
+    )
+    async def rendered(self, info: strawberry.Info) -> str | None:
+        # `self` is the core's ContextTrace: Strawberry resolves fields by name.
+        return await context_query.rendered(info.context, self)  # type: ignore[arg-type]
+
     @strawberry.field(description="Where the time went.")
     async def timings(self, info: strawberry.Info) -> TraceTimings:
         # `self` is the core's ContextTrace: Strawberry resolves fields by name.
@@ -112,11 +136,13 @@ class ContextTrace:
     ) -> list[TraceDecision]:
         # `self` is the core's ContextTrace: Strawberry resolves fields by name.
         rows = await context_query.decisions(info.context, self)  # type: ignore[arg-type]
+        selections = [s for field in info.selected_fields for s in field.selections]
+        if _selects(selections, "overallRank"):  # numbered over every decision, before any filter
+            rows = await context_query.ranked(info.context, self, rows)  # type: ignore[arg-type]
         if decision is not None:
             rows = [r for r in rows if r.decision is CoreDecision(decision.value)]
         if item_kind is not None:
             rows = [r for r in rows if r.item_kind is CoreItemKind(item_kind.value)]
-        selections = [s for field in info.selected_fields for s in field.selections]
         await context_query.load_items(
             info.context, rows, facts=_selects(selections, "fact"), events=_selects(selections, "event")
         )
@@ -195,7 +221,11 @@ class ContextPacket:
     )
     status: PacketStatus = strawberry.field(description="DEGRADED exactly when warnings is not empty.")
     empty_reason: EmptyReason | None = strawberry.field(
-        description="NO_RELEVANT_MEMORY only when the recall gate emptied a non-empty candidate set."
+        description=(
+            "Why the packet is empty, when it is: NO_RELEVANT_MEMORY only when the recall gate emptied a "
+            "non-empty candidate set, NO_MEMORY when the subject held nothing to consider, BUDGET_TOO_SMALL "
+            "when items were found but none fits the budget; null when anything was served."
+        )
     )
     budget_tokens: int = strawberry.field(description="The budget asked for.")
     used_tokens: int = strawberry.field(description="Sum of the tokens of every served fact and episode.")
@@ -218,7 +248,9 @@ class StatsOverview:
         description="Share of context calls that served at least one fact (0 when there were no calls)."
     )
     empty_calls: int = strawberry.field(description="Calls that served nothing at all.")
-    no_relevant_memory_calls: int = strawberry.field(description="Calls the recall gate emptied.")
+    no_relevant_memory_calls: int = strawberry.field(
+        description="Calls the recall gate emptied (emptyReason NO_RELEVANT_MEMORY)."
+    )
     degraded_calls: int = strawberry.field(description="Calls with status DEGRADED.")
     avg_facts_served: float = strawberry.field(description="Mean facts served per call.")
     avg_used_tokens: float = strawberry.field(description="Mean tokens served per call.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from enum import Enum
 from typing import Annotated, Any
 
 import strawberry
@@ -14,19 +15,43 @@ from ..core.auth import Scope
 from ..core.errors import InvalidInput
 from ..core.replay_diff import ChangeKind, ItemChange
 from ..resolvers import replay as replay_resolvers
-from ..settings import RankingProfile
+from ..settings import DEPRECATED_PROFILES, RankingProfile
 from .enums import ItemKind
 from .packet import ContextPacket, ContextTrace, TraceDecision
 from .settings_record import SettingsRecordType, settings_type
 
-strawberry.enum(RankingProfile, description="A named set of ranking settings (HAKI_RANKING_PROFILE).")
+
+@strawberry.enum(name="RankingProfile", description="A named set of ranking settings (HAKI_RANKING_PROFILE).")
+class RankingProfileName(Enum):
+    """The profiles a replay may name: settings.RankingProfile, and a former name kept for a release."""
+
+    DEFAULT = strawberry.enum_value(RankingProfile.DEFAULT.value, description="The shipped ranking.")
+    CLASSIC = strawberry.enum_value(
+        RankingProfile.CLASSIC.value,
+        description="The plain cosine-and-full-text ranking without cues: episodes by cosine alone (8,"
+        " as compact JSON), facts by cosine and cover-density full text, facts packed first, no speaker,"
+        " date or neighbour cue, cited turns served.",
+    )
+    SEED = strawberry.enum_value(
+        "seed", deprecation_reason="Use CLASSIC: the same settings under the profile's current name."
+    )
+
+
+# The settings' profile each GraphQL value names; SEED names CLASSIC.
+_PROFILES = {
+    RankingProfileName.DEFAULT: RankingProfile.DEFAULT,
+    RankingProfileName.CLASSIC: RankingProfile.CLASSIC,
+    RankingProfileName.SEED: DEPRECATED_PROFILES["seed"],
+}
+
+
 strawberry.enum(ChangeKind, name="ReplayChangeKind", description="How an item's decision differs in a replay.")
 
 
 @strawberry.input(name="ReplayOverrides", description="What a replay changes of the stored call; nothing by default.")
 class ReplayOverridesInput:
     budget: int | None = strawberry.field(default=None, description="Another token budget (default: the call's).")
-    profile: RankingProfile | None = strawberry.field(
+    profile: RankingProfileName | None = strawberry.field(
         default=None, description="Another ranking profile, its values applied over the recorded settings."
     )
     settings: JSON | None = strawberry.field(
@@ -58,8 +83,11 @@ class ReplayChangeType:
         description="The score components that differ: score, similarity, fullText, recency, distance."
     )
     why: str | None = strawberry.field(
-        description="What changed in memory since the call, when it tells (compareWithNow): superseded or"
-        " retracted since, recorded after the call, held in a conflict set now."
+        description="Why it changed: what changed in memory since the call, when it tells (compareWithNow):"
+        " superseded or retracted since, recorded after the call, held in a conflict set now; else, for"
+        ' SCORE_CHANGED, each component that moved and by how much, the score last ("recency 0.412 -> 0.398'
+        ' (-0.014); score 0.701 -> 0.690 (-0.011)", or "score 0.701 -> none (blocked now, not scored)").'
+        " Null when neither applies (a rank moved by other items, a decision changed by another budget)."
     )
 
 
@@ -124,7 +152,10 @@ def _overrides(given: ReplayOverridesInput | None) -> core_replay.ReplayOverride
             raise InvalidInput("with.settings must be an object of setting names and values", field="with.settings")
         settings = given.settings
     return core_replay.ReplayOverrides(
-        budget=given.budget, profile=given.profile, settings=settings, current_settings=given.current_settings
+        budget=given.budget,
+        profile=None if given.profile is None else _PROFILES[given.profile],
+        settings=settings,
+        current_settings=given.current_settings,
     )
 
 

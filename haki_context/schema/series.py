@@ -29,7 +29,9 @@ class StatsBucketRow:
     context_calls: int = strawberry.field(description="Context calls (traces) in the bucket.")
     injected_calls: int = strawberry.field(description="Calls that served at least one fact.")
     empty_calls: int = strawberry.field(description="Calls that served nothing at all (no fact, no episode).")
-    no_relevant_memory_calls: int = strawberry.field(description="Calls the recall gate emptied (emptyReason set).")
+    no_relevant_memory_calls: int = strawberry.field(
+        description="Calls the recall gate emptied (emptyReason NO_RELEVANT_MEMORY)."
+    )
     degraded_calls: int = strawberry.field(description="Calls with status DEGRADED.")
     facts_served: int = strawberry.field(description="Facts served over the bucket's calls.")
     used_tokens: int = strawberry.field(description="Tokens served over the bucket's calls.")

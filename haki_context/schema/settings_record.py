@@ -16,7 +16,7 @@ class SettingsRecordType:
     id: strawberry.ID = strawberry.field(
         description="The first 32 hex characters of the SHA-256 of the record's canonical JSON."
     )
-    ranking_profile: str = strawberry.field(description='The ranking profile named, e.g. "default" or "seed".')
+    ranking_profile: str = strawberry.field(description='The ranking profile named, e.g. "default" or "classic".')
     values: JSON = strawberry.field(
         description="Each decision setting by name (snake_case, as HAKI_<NAME> sets it) and its value."
     )

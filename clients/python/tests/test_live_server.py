@@ -169,8 +169,10 @@ async def test_the_async_client_replays_with_overrides_and_raises_the_servers_co
         stored = await haki.context(subject, QUESTION, budget=600)
         smaller = await haki.replay(stored.trace_id, overrides={"budget": 300})
         assert smaller.packet.budget_tokens == 300 and stored.budget_tokens == 600
-        profiled = await haki.replay(stored.trace_id, overrides=ReplayOverrides(profile=RankingProfile.SEED))
-        assert profiled.settings.ranking_profile == "seed"
+        profiled = await haki.replay(stored.trace_id, overrides=ReplayOverrides(profile=RankingProfile.CLASSIC))
+        assert profiled.settings.ranking_profile == "classic"
+        former = await haki.replay(stored.trace_id, overrides=ReplayOverrides(profile=RankingProfile.SEED))
+        assert former.settings == profiled.settings  # SEED: CLASSIC's deprecated former name
         kept = await haki.replay(stored.trace_id, persist=True)
         assert kept.persisted and (await haki.trace(kept.packet.trace_id)) is not None
         with pytest.raises(NotFoundError):

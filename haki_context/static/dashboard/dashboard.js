@@ -54,11 +54,6 @@
     return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${d.toTimeString().slice(0, 8)}`;
   }
 
-  // As the server writes an instant into `rendered`: UTC, to the minute.
-  function utcMinute(iso) {
-    return new Date(iso).toISOString().slice(0, 16).replace("T", " ");
-  }
-
   function age(seconds) {
     if (seconds < 90) return `${Math.round(seconds)} s`;
     if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
@@ -240,12 +235,12 @@
 
   const TRACE = `query DashboardTrace($id: ID!) {
     trace(id: $id) {
-      id subjectId query budgetTokens usedTokens status emptyReason warnings createdAt asOf
+      id subjectId query budgetTokens usedTokens status emptyReason warnings createdAt asOf rendered
       settings { id rankingProfile values }
       counts { included excluded blocked }
       timings { embedMs retrieveMs packMs persistMs totalMs }
       decisions {
-        itemKind itemId chunk decision reasonCode rank score similarity fullText recency distance tokens viaEntity
+        itemKind itemId chunk decision reasonCode rank overallRank score similarity fullText recency distance tokens viaEntity
         ${DECIDED_ITEM}
       }
     }
@@ -731,32 +726,31 @@
       const links = served.map((x) => `<a href="#/event/${enc(x.itemId)}">${esc(x.event ? clip(x.event.excerpt, 60) : x.itemId)}</a>`);
       return `its source turns are served above it: ${links.join(", ") || "(not readable)"}`;
     }
+    if (d.reasonCode === "SAME_TEXT_SERVED") return "the same text is served above it";
     if (d.reasonCode === "OVER_BUDGET") return `needed ${d.tokens} tokens`;
     if (d.reasonCode === "BELOW_RELEVANCE_FLOOR") return `distance ${num(d.distance)} past the recall gate`;
     if (d.reasonCode === "MULTI_HOP_EXPANSION") return `via ${esc(d.viaEntity)}`;
     return "";
   }
 
-  // The packet's text as served: facts, multi-hop facts, then episodes, one line each
-  // (core/packing.py). Episode lines show the event's excerpt, which may differ from the
-  // chunk served; the tokens are the trace's own.
-  function renderedPacket(trace) {
+  // The tokens the served items took, by part of the packet: the trace's own figures. The text
+  // itself is the trace's `rendered`, rebuilt by the server's renderer, never by the page.
+  function servedTokens(trace) {
     const included = trace.decisions.filter((d) => d.decision === "INCLUDED");
-    const facts = included.filter((d) => d.itemKind === "FACT" && d.reasonCode !== "MULTI_HOP_EXPANSION");
-    const hops = included.filter((d) => d.itemKind === "FACT" && d.reasonCode === "MULTI_HOP_EXPANSION");
-    const episodes = included.filter((d) => d.itemKind === "EPISODE");
-    const factLine = (d) =>
-      d.fact ? `- ${factText(d.fact)} (${day(d.fact.validFrom || d.fact.recordedAt)})` : `- (fact ${d.itemId} no longer readable)`;
-    const episodeLine = (d) =>
-      d.event ? `- [${utcMinute(d.event.occurredAt)}] ${d.event.excerpt}` : `- (event ${d.itemId} no longer readable)`;
+    const sum = (keep) => included.filter(keep).reduce((s, d) => s + d.tokens, 0);
     return {
-      text: [...facts.map(factLine), ...hops.map(factLine), ...episodes.map(episodeLine)].join("\n"),
-      tokens: {
-        facts: facts.reduce((s, d) => s + d.tokens, 0),
-        hops: hops.reduce((s, d) => s + d.tokens, 0),
-        episodes: episodes.reduce((s, d) => s + d.tokens, 0),
-      },
+      facts: sum((d) => d.itemKind === "FACT" && d.reasonCode !== "MULTI_HOP_EXPANSION"),
+      hops: sum((d) => d.itemKind === "FACT" && d.reasonCode === "MULTI_HOP_EXPANSION"),
+      episodes: sum((d) => d.itemKind === "EPISODE"),
     };
+  }
+
+  // The packet as the agent got it: `rendered` is null when a served item is no longer stored.
+  function packetText(trace) {
+    if (trace.rendered == null) {
+      return '<span class="muted">(the text cannot be rebuilt: a served item is no longer stored)</span>';
+    }
+    return esc(trace.rendered) || '<span class="muted">(nothing served)</span>';
   }
 
   function budgetBar(trace, tokens) {
@@ -778,14 +772,20 @@
 
   const DECISION_FILTERS = ["", "INCLUDED", "EXCLUDED", "BLOCKED"];
 
+  // The candidates in the order the call packed them in (`overallRank`: one ranking of facts and
+  // episodes under merged packing), then the blocked facts, which are never ranked, as stored.
+  function inPackingOrder(decisions) {
+    const place = (d) => d.overallRank ?? Infinity;
+    return decisions.map((d, i) => [d, i + 1]).sort(([a, i], [b, j]) => place(a) - place(b) || i - j);
+  }
+
   function decisionRows(trace, sets, only) {
     const out = [];
-    let index = 0;
-    for (const d of trace.decisions) {
-      index += 1;
+    for (const [d, index] of inPackingOrder(trace.decisions)) {
       if (only && d.decision !== only) continue;
+      const kindRank = d.rank == null ? "" : ` title="${d.itemKind === "FACT" ? "fact" : "episode"} #${d.rank} in its kind"`;
       out.push(`<tr class="decision ${d.decision.toLowerCase()}" data-index="${index}">
-        <td class="num">${d.rank ?? ""}</td>
+        <td class="num"${kindRank}>${d.overallRank ?? ""}</td>
         <td>${d.itemKind === "FACT" ? "fact" : "episode"}</td>
         <td class="item">${itemText(d)}</td>
         <td><span class="badge d-${d.decision.toLowerCase()}">${d.decision}</span></td>
@@ -834,7 +834,7 @@
         <label>Profile <select name="profile">
           <option value="">as recorded (${esc(recorded)})</option>
           <option value="DEFAULT">default</option>
-          <option value="SEED">seed</option>
+          <option value="CLASSIC">classic</option>
         </select></label>
         <label><input type="checkbox" name="current"> the server's current settings</label>
         <button type="submit" id="replay-run" title="Ask the same question at the call's own instant, from the memory as it stood then">Replay</button>
@@ -984,9 +984,9 @@
       const sets = blocked ? await conflictSets(trace.subjectId) : [];
       if (stopped) return;
       const fetched = performance.now();
-      const packet = renderedPacket(trace);
+      const tokens = servedTokens(trace);
       const t = trace.timings;
-      const graphiql = `/graphql?q=${enc(`query Trace {\n  trace(id: "${trace.id}") {\n    query status warnings\n    decisions { itemKind decision reasonCode rank score similarity fullText recency tokens }\n  }\n}`)}`;
+      const graphiql = `/graphql?q=${enc(`query Trace {\n  trace(id: "${trace.id}") {\n    query status warnings rendered\n    decisions { itemKind decision reasonCode overallRank rank score similarity fullText recency tokens }\n  }\n}`)}`;
       view().innerHTML = `
         <section class="trace-view" data-trace="${esc(trace.id)}">
           <p class="crumbs"><a href="${hashFor("traces")}">Live traces</a> › trace <code>${esc(trace.id)}</code></p>
@@ -1006,11 +1006,12 @@
           <p class="muted small">Ask the same question again: at the call's own instant, from the memory as it stood then (with the settings it ran under, or the changes below), or of the memory as it stands now. Nothing is written; the diff says what each item's decision became, and why.</p>
           ${replayForm(trace)}
           <h2>Budget</h2>
-          ${budgetBar(trace, packet.tokens)}
+          ${budgetBar(trace, tokens)}
           <h2>Packet as served</h2>
-          <pre class="packet" id="packet">${esc(packet.text) || '<span class="muted">(nothing served)</span>'}</pre>
-          <p class="muted small">Rebuilt from the served decisions, one line per item in serving order; an episode line shows its event's excerpt. The agent got this text as <code>context.rendered</code>.</p>
+          <pre class="packet" id="packet">${packetText(trace)}</pre>
+          <p class="muted small" id="packet-caption">The text the agent got as <code>context.rendered</code>: the trace's <code>rendered</code>, rebuilt by the server's own renderer from the served items under the settings the call ran under. It lists the served facts, then multi-hop facts, then episodes, each kind in rank order.</p>
           <h2>Candidates in rank order</h2>
+          <p class="muted small">Rank is the order the call packed its candidates in (<code>overallRank</code>): under merged packing, facts and episodes in one ranking by score, then multi-hop facts; under sections packing, facts, multi-hop facts, then episodes. Blocked facts are never ranked and come last; a rank's tooltip gives its place within its kind.</p>
           <p class="filters">Show
             ${DECISION_FILTERS.map((k) => `<label><input type="radio" name="only" value="${k}" ${k ? "" : "checked"}> ${k ? k.toLowerCase() : "all"}</label>`).join(" ")}
             · <a href="${esc(graphiql)}">open this query in GraphiQL</a></p>

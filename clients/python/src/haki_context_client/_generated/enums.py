@@ -72,6 +72,8 @@ class Decision(str, Enum):
 
 class EmptyReason(str, Enum):
     NO_RELEVANT_MEMORY = "NO_RELEVANT_MEMORY"
+    NO_MEMORY = "NO_MEMORY"
+    BUDGET_TOO_SMALL = "BUDGET_TOO_SMALL"
 
     @classmethod
     def _missing_(cls, value: object) -> "typing.Any":
@@ -147,6 +149,7 @@ class PacketStatus(str, Enum):
 
 class RankingProfile(str, Enum):
     DEFAULT = "DEFAULT"
+    CLASSIC = "CLASSIC"
     SEED = "SEED"
 
     @classmethod
@@ -169,6 +172,7 @@ class ReasonCode(str, Enum):
     VOLATILITY_EXPIRED = "VOLATILITY_EXPIRED"
     CITED_BY_FACT = "CITED_BY_FACT"
     SOURCES_SERVED = "SOURCES_SERVED"
+    SAME_TEXT_SERVED = "SAME_TEXT_SERVED"
 
     @classmethod
     def _missing_(cls, value: object) -> "typing.Any":
