@@ -24,8 +24,8 @@ Vector search plan, chosen by the statement's text (see "Statement texts"):
   order but for near-ties). The query's halfvec is computed once, in a CTE:
   written inline, the cast would run once per row.
 The re-sort of the HNSW rows orders by `d + 0` on purpose: ordering by `d`
-itself lets the planner trust the index's (relaxed, so wrong) order and stop
-after k rows, which silently drops the over-fetch.
+itself lets the planner trust the index's (relaxed, so wrong) order and end the
+scan after k rows, which silently drops the over-fetch.
 
 Statement texts: planning a candidates statement is costly (more so with every
 partial index on its table; docs/performance.md), so they are written to be planned once per
@@ -41,18 +41,26 @@ rows: without its index the HNSW text sorts the scope's rows exactly, and the
 statement's `own_index` corrects the hint.
 
 The full-text query uses the distinct lexemes of `to_tsvector('english',
-query)` (stop words gone, words stemmed), each quoted into a `tsquery` value:
+query)` (the commonest English words gone, words stemmed), each quoted into a `tsquery` value:
 user text is never parsed as tsquery syntax. Rows holding any of them are
 ranked by `full_text_rank`: "idf" (default; a rare word such as a name weighs
 more than "talk", which serves more of the right facts: docs/retrieval.md) or
 "cover_density" (ts_rank_cd of their OR, the classic profile's). Rows are found through
 the scoped lexemes (migration 0009: each lexeme prefixed by its scope's tag,
-`_SCOPED`), so a scope's rows holding a word are one posting list of the index
+`scoped_lexemes`), so a scope's rows holding a word are one posting list of the index
 whatever the table holds; ranks read `search_vector` itself.
+
+Parameters: each statement's are named, in order, by a `Parameters` (db/parameters.py), its
+legend: the text is written with the names and the arguments are built from values by name
+(`statement_args`, the one place a call's values come from, db/as_of.py's too), so the two
+agree. A full-text rank may take parameters of its own (`RANK_PARAMETERS`: PostgreSQL refuses a
+parameter its text never references), so a candidates statement's list depends on its rank.
+The three statements are also one object, `LIVE` (db/as_of.py's `AT_INSTANT` is the other).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -61,16 +69,68 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from .parameters import Parameters, Statement
 from .scope_indexes import ivf_index_name
+
+# The parameters of the statements below, in order (each statement's legend). The names of the
+# values every statement of a call shares are SearchParams' fields (see statement_args); the
+# others are the statement's own counts.
+
+# The fact candidates statement (fact_candidates), then its rank's own (RANK_PARAMETERS).
+FACT_PARAMETERS = (
+    "project_id",  # the scope
+    "subject_id",
+    "vector",  # the query's embedding
+    "query",  # the query's text, for full text
+    "now",  # the call's instant: validity and the volatility horizons are tested at it
+    "top_k",  # rows taken from the vector top and from the full-text top each
+    "max_lexemes",  # most query lexemes searched
+    "blocked_limit",  # most blocked facts listed
+    "horizon_volatile_s",  # the VOLATILE horizon (s)
+    "horizon_ephemeral_s",  # the EPHEMERAL horizon (s)
+    "hnsw_fetch",  # the most rows taken from an HNSW scan before the re-sort (see _FETCH)
+)
+
+# The episode candidates statement (episode_candidates), then its rank's own (RANK_PARAMETERS).
+EPISODE_PARAMETERS = (
+    "project_id",  # the scope
+    "subject_id",
+    "vector",  # the query's embedding
+    "query",  # the query's text, for full text
+    "vector_k",  # rows taken from the vector top
+    "max_lexemes",  # most query lexemes searched
+    "text_k",  # rows taken from the full-text top (0: none)
+    "hnsw_fetch",  # the most rows taken from an HNSW scan before the re-sort (see _FETCH)
+)
+
+# The multi-hop statement (MULTI_HOP_SQL); db/as_of.py's takes the same.
+MULTI_HOP_PARAMETERS = Parameters(
+    "project_id",  # the scope
+    "subject_id",
+    "vector",  # the query's embedding, for the rows' distance
+    "entities",  # the entities followed, in order (text[])
+    "now",  # the call's instant, as in the fact candidates
+    "exclude_ids",  # facts already decided (uuid[])
+    "per_entity",  # most facts served per entity
+    "max_lexemes",  # most lexemes of an entity searched
+    "horizon_volatile_s",  # the VOLATILE horizon (s)
+    "horizon_ephemeral_s",  # the EPHEMERAL horizon (s)
+    "read_rows",  # most rows read per entity before ranking
+)
 
 # A lexeme (SQL text) quoted into a one-lexeme tsquery: never parsed as tsquery syntax.
 _QUOTED = """('''' || replace(replace({lexeme}, '\\', '\\\\'), '''', '''''') || '''')"""
 
-# The scope's tag that prefixes its lexemes in the scoped full-text index (migration 0009).
-_TAG = "haki_scope_tag($1::text, $2::text)"
 
-# What the scoped full-text index holds for a row of `alias`.
-_SCOPED = "haki_scoped_lexemes({alias}.project_id, {alias}.subject_id, {alias}.search_vector)"
+def _tag(P: Parameters) -> str:
+    """The scope's tag that prefixes its lexemes in the scoped full-text index (migration 0009)."""
+    return f"haki_scope_tag({P.project_id}::text, {P.subject_id}::text)"
+
+
+def scoped_lexemes(alias: str) -> str:
+    """What the scoped full-text index holds for a row of `alias`."""
+    return f"haki_scoped_lexemes({alias}.project_id, {alias}.subject_id, {alias}.search_vector)"
+
 
 # The lexemes of a text that are searched, in order of first appearance: at most {limit},
 # none over 2,000 bytes (the scoped index leaves those out, and a tagged one would pass
@@ -78,49 +138,70 @@ _SCOPED = "haki_scoped_lexemes({alias}.project_id, {alias}.subject_id, {alias}.s
 _TEXT_LEXEMES = """SELECT lexeme FROM unnest(to_tsvector('english', {text}))
     WHERE octet_length(lexeme) <= 2000 ORDER BY positions[1], lexeme LIMIT {limit}"""
 
-# A text's searched lexemes, read once: their OR as `q` (to match search_vector) and as `sq`,
-# each prefixed by the scope's tag (to match _SCOPED); one row, NULLs when none.
-_LEXEME_QUERIES = (
-    "SELECT string_agg(" + _QUOTED.format(lexeme="lexeme") + ", ' | ')::tsquery AS q,"
-    " string_agg(" + _QUOTED.format(lexeme=_TAG + " || lexeme") + ", ' | ')::tsquery AS sq"
-    " FROM (" + _TEXT_LEXEMES + ") lexemes"
-)
 
-# The query's lexemes one per row, each with its one-lexeme tsquery (q) and its scoped one (sq).
-_QUERY_LEXEMES = (
-    "SELECT lexeme, "
-    + _QUOTED.format(lexeme="lexeme")
-    + "::tsquery AS q, "
-    + _QUOTED.format(lexeme=_TAG + " || lexeme")
-    + "::tsquery AS sq\n    FROM ("
-    + _TEXT_LEXEMES.format(text="$4::text", limit="{limit}")
-    + ") l\n"
-)
+def lexeme_queries(P: Parameters, text: str) -> str:
+    """The searched lexemes of `text` (SQL), read once (at most max_lexemes): their OR as `q` (to
+    match search_vector) and as `sq`, each prefixed by the scope's tag (to match scoped_lexemes);
+    one row, NULLs when none."""
+    return (
+        "SELECT string_agg(" + _QUOTED.format(lexeme="lexeme") + ", ' | ')::tsquery AS q,"
+        " string_agg(" + _QUOTED.format(lexeme=_tag(P) + " || lexeme") + ", ' | ')::tsquery AS sq"
+        " FROM (" + _TEXT_LEXEMES.format(text=text, limit=P.max_lexemes) + ") lexemes"
+    )
 
-# A fact row the assembler may consider: active, and valid at $5.
-_FACT_LIVE = """
+
+def query_lexemes(P: Parameters) -> str:
+    """The query's searched lexemes one per row (at most max_lexemes), each with its one-lexeme
+    tsquery (q) and its scoped one (sq)."""
+    return (
+        "SELECT lexeme, "
+        + _QUOTED.format(lexeme="lexeme")
+        + "::tsquery AS q, "
+        + _QUOTED.format(lexeme=_tag(P) + " || lexeme")
+        + "::tsquery AS sq\n    FROM ("
+        + _TEXT_LEXEMES.format(text=f"{P.query}::text", limit=P.max_lexemes)
+        + ") l\n"
+    )
+
+
+def _fact_live(P: Parameters) -> str:
+    """A fact row the assembler may consider: active, and valid at `now`."""
+    return f"""
     f.status = 'ACTIVE'
-    AND (f.valid_to IS NULL OR f.valid_to > $5) AND (f.valid_from IS NULL OR f.valid_from <= $5)
+    AND (f.valid_to IS NULL OR f.valid_to > {P.now}) AND (f.valid_from IS NULL OR f.valid_from <= {P.now})
 """
-_FACT_SCOPE = f"f.project_id = $1 AND f.subject_id = $2 AND {_FACT_LIVE}"
 
-# The scope where rows come from the scoped full-text index: a recheck only. With `=` the
-# planner ANDs the index's bitmap with a btree on the scope (a word's rows being unknown to
-# its estimates): every row of a large subject, read for nothing, and with
-# `project_id = $1` alone the same through the primary key once the project is a tenth of
-# the table (docs/performance.md). IS NOT DISTINCT FROM (the same on these NOT NULL
-# columns) is not indexable. The statement's other reads keep `project_id = $1`.
-_TEXT_SCOPE = "{a}.project_id IS NOT DISTINCT FROM $1 AND {a}.subject_id IS NOT DISTINCT FROM $2"
 
-# VOLATILE and EPHEMERAL facts expire `horizon` after coalesce(last_reinforced_at, valid_from, recorded_at).
-_EXPIRED = """
+def _fact_scope(P: Parameters) -> str:
+    return f"f.project_id = {P.project_id} AND f.subject_id = {P.subject_id} AND {_fact_live(P)}"
+
+
+def text_scope(P: Parameters, alias: str) -> str:
+    """The scope where rows come from the scoped full-text index: a recheck only. With `=` the
+    planner ANDs the index's bitmap with a btree on the scope (a word's rows being unknown to
+    its estimates): every row of a large subject, read for nothing, and with `project_id =`
+    alone the same through the primary key once the project is a tenth of the table
+    (docs/performance.md). IS NOT DISTINCT FROM (the same on these NOT NULL columns) is not
+    indexable. The statement's other reads keep `project_id =`."""
+    return (
+        f"{alias}.project_id IS NOT DISTINCT FROM {P.project_id}"
+        f" AND {alias}.subject_id IS NOT DISTINCT FROM {P.subject_id}"
+    )
+
+
+def _expired(P: Parameters) -> str:
+    """VOLATILE and EPHEMERAL facts expire `horizon` after coalesce(last_reinforced_at, valid_from,
+    recorded_at), at `now`."""
+    return f"""
     (f.volatility = 'VOLATILE' AND coalesce(f.last_reinforced_at, f.valid_from, f.recorded_at)
-        + make_interval(secs => {volatile}) < $5)
+        + make_interval(secs => {P.horizon_volatile_s}) < {P.now})
     OR (f.volatility = 'EPHEMERAL' AND coalesce(f.last_reinforced_at, f.valid_from, f.recorded_at)
-        + make_interval(secs => {ephemeral}) < $5)
+        + make_interval(secs => {P.horizon_ephemeral_s}) < {P.now})
 """
 
-_FACT_COLUMN_NAMES = (
+
+# What a fact candidate reads of its row (fact_row turns it into a FactRow).
+FACT_COLUMN_NAMES = (
     "id",
     "predicate",
     "value",
@@ -133,11 +214,14 @@ _FACT_COLUMN_NAMES = (
     "volatility",
     "text",
 )
-_FACT_COLUMNS = ", ".join(f"f.{c}" for c in _FACT_COLUMN_NAMES)
+FACT_COLUMNS = ", ".join(f"f.{c}" for c in FACT_COLUMN_NAMES)
 
-_CHUNK_SCOPE = "c.project_id = $1 AND c.subject_id = $2"
 
-# Where an HNSW scan names its scope: $1 and $2 in the shared text, constants in a scope's
+def _chunk_scope(P: Parameters) -> str:
+    return f"c.project_id = {P.project_id} AND c.subject_id = {P.subject_id}"
+
+
+# Where an HNSW scan names its scope: the parameters in the shared text, constants in a scope's
 # own (see "Statement texts"). NUL cannot occur in SQL text, so the markers are unambiguous.
 _PROJECT, _SUBJECT = "\x00project\x00", "\x00subject\x00"
 # The scope's IVFFlat index's name (a scope's own text only): its scan runs only where it exists.
@@ -158,7 +242,7 @@ _IVF_ROWS = 64
 
 
 @dataclass(frozen=True)
-class _Lexical:
+class FullTextPart:
     """The full-text part of a candidates statement, for one rank (see FULL_TEXT_RANKS)."""
 
     ctes: str  # CTEs ending with a comma, placed after `size`
@@ -167,44 +251,45 @@ class _Lexical:
     rank_expr: str
 
 
-def _cover_density(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap: str) -> _Lexical:
+def _cover_density(P: Parameters, table: str, alias: str, scope: str, key: str, k: str) -> FullTextPart:
     """ts_rank_cd of the OR of the query's lexemes (the classic profile's rank): every matching row is read
-    (`cap` does not apply)."""
+    (it takes no parameter of its own)."""
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
-    return _Lexical(
-        ctes=f"tq AS ({_LEXEME_QUERIES.format(text='$4::text', limit=lexemes)}),",
+    return FullTextPart(
+        ctes=f"tq AS ({lexeme_queries(P, f'{P.query}::text')}),",
         top=f"""SELECT {key.replace("@", alias + ".")} FROM {table} {alias}, tq
-            WHERE {scope} AND {k} > 0 AND {_SCOPED.format(alias=alias)} @@ tq.sq
+            WHERE {scope} AND {k} > 0 AND {scoped_lexemes(alias)} @@ tq.sq
             ORDER BY {rank} DESC, {key.replace("@", alias + ".")} LIMIT {k}""",
         join=", tq",
         rank_expr=f"CASE WHEN {alias}.search_vector @@ tq.q THEN {rank} ELSE 0 END",
     )
 
 
-def _idf(table: str, alias: str, scope: str, key: str, k: str, lexemes: str, cap: str) -> _Lexical:
+def _idf(P: Parameters, table: str, alias: str, scope: str, key: str, k: str) -> FullTextPart:
     """The share of the query's idf mass a row holds: each query lexeme found in the scope
     weighs ln(1 + (n - df + 0.5) / (df + 0.5)) (BM25's idf; df = the scope's rows holding
     it, n = the scope's size), a row ranks sum(weights it holds) / sum(all weights), 0..1.
 
     Bounded work in a large scope (reading every row of a common word is slow there:
     docs/performance.md): a lexeme listed in `scope_lexemes` (db/scope_lexemes.py: a large
-    scope's lexemes held by `cap`+ rows, refreshed in the background) takes its df from
-    there and its rows are not read; the rows of any other lexeme are read up to `cap`
-    (below it df is exact; at it, df counts as `cap`). The top k by text come from the rows
-    read, each ranked by the lexemes read; every candidate's own score (`rank_expr`) counts
-    all the query's lexemes from its tsvector. A scope smaller than `cap` is ranked exactly."""
+    scope's lexemes held by `lexeme_rows`+ rows, refreshed in the background) takes its df from
+    there and its rows are not read; the rows of any other lexeme are read up to `lexeme_rows`
+    (the parameter of its own: below it df is exact; at it, df counts as that). The top k by
+    text come from the rows read, each ranked by the lexemes read; every candidate's own score
+    (`rank_expr`) counts all the query's lexemes from its tsvector. A scope smaller than
+    `lexeme_rows` is ranked exactly."""
     cols = key.replace("@", "")
-    return _Lexical(
+    return FullTextPart(
         ctes=f"""lex AS (
-    SELECT l.lexeme, l.q, l.sq, k.df FROM ({_QUERY_LEXEMES.format(limit=lexemes)}) l
-    LEFT JOIN scope_lexemes k ON k.project_id = $1 AND k.subject_id = $2 AND k.table_name = '{table}'
+    SELECT l.lexeme, l.q, l.sq, k.df FROM ({query_lexemes(P)}) l
+    LEFT JOIN scope_lexemes k ON k.project_id = {P.project_id} AND k.subject_id = {P.subject_id} AND k.table_name = '{table}'
         AND k.lexeme = l.lexeme
 ),
 hits AS MATERIALIZED (
     SELECT l.lexeme, h.* FROM lex l
     CROSS JOIN LATERAL (SELECT {key.replace("@", alias + ".")} FROM {table} {alias}
-                        WHERE l.df IS NULL AND {scope} AND {_SCOPED.format(alias=alias)} @@ l.sq
-                        LIMIT {cap}) h
+                        WHERE l.df IS NULL AND {scope} AND {scoped_lexemes(alias)} @@ l.sq
+                        LIMIT {P.lexeme_rows}) h
 ),
 idf AS MATERIALIZED (
     SELECT d.lexeme, d.q, ln(1.0 + (greatest((SELECT n FROM size), d.df) - d.df + 0.5)::float8 / (d.df + 0.5)) AS w
@@ -223,24 +308,33 @@ lexical AS (
     )
 
 
-FULL_TEXT_RANKS = {"cover_density": _cover_density, "idf": _idf}
+# A rank builds its part from the statement's parameters, the table and its alias, the rows' scope
+# (`scope`), their key columns (`key`, '@' standing for the alias) and the rendered k of its top.
+FULL_TEXT_RANKS: dict[str, Callable[[Parameters, str, str, str, str, str], FullTextPart]] = {
+    "cover_density": _cover_density,
+    "idf": _idf,
+}
+# The parameters a rank's statements take after the others (the idf rank's rows per lexeme):
+# a statement's parameter list depends on its rank, since PostgreSQL refuses one its text never
+# references.
+RANK_PARAMETERS: dict[str, tuple[str, ...]] = {"cover_density": (), "idf": ("lexeme_rows",)}
 
 
-def _own_index_union(table: str, alias: str, key: str, where: str, k: str) -> str:
+def _own_index_union(P: Parameters, table: str, alias: str, key: str, where: str, k: str) -> str:
     """A scope's vector top k through its own indexes (see "Vector search plan"): the HNSW scan,
     over-fetched, united with the IVFFlat scan's top _IVF_ROWS where that index exists, re-sorted
     by exact distance. `key`: the row's key columns, '@' standing for the alias; `where`: the
     rows either scan may return (one condition for both, so they never disagree on it)."""
     cols, plain = key.replace("@", alias + "."), key.replace("@", "")
     return f"""hnsw_scan AS MATERIALIZED (
-    SELECT {cols}, {alias}.embedding <=> $3 AS d FROM {table} {alias}
+    SELECT {cols}, {alias}.embedding <=> {P.vector} AS d FROM {table} {alias}
     WHERE {where}
-    ORDER BY {alias}.embedding <=> $3 LIMIT (SELECT fetch_rows FROM size)
+    ORDER BY {alias}.embedding <=> {P.vector} LIMIT (SELECT fetch_rows FROM size)
 ),
 ivf_scan AS MATERIALIZED (
-    SELECT {cols}, {alias}.embedding <=> $3 AS d FROM {table} {alias}
+    SELECT {cols}, {alias}.embedding <=> {P.vector} AS d FROM {table} {alias}
     WHERE to_regclass({_IVF_INDEX}) IS NOT NULL AND {where}
-    ORDER BY {alias}.embedding_half <#> $3::vector::halfvec(384) LIMIT {_IVF_ROWS}
+    ORDER BY {alias}.embedding_half <#> {P.vector}::vector::halfvec(384) LIMIT {_IVF_ROWS}
 ),
 vec AS (
     SELECT {plain} FROM (SELECT {plain}, d FROM hnsw_scan UNION SELECT {plain}, d FROM ivf_scan) s
@@ -248,78 +342,87 @@ vec AS (
 ),"""
 
 
-# The vector top k of each plan (see "Vector search plan"), as the CTE `vec`, after `size`.
-_FACT_VECTOR = {
-    "exact": f"""half AS (SELECT $3::vector::halfvec(384) AS h),
+def _fact_vector(P: Parameters, plan: str) -> str:
+    """The facts' vector top k of a plan (see "Vector search plan"), as the CTE `vec`, after `size`."""
+    if plan == "exact":
+        return f"""half AS (SELECT {P.vector}::vector::halfvec(384) AS h),
 vec AS (
     SELECT id FROM (
         SELECT f.id, f.embedding_half <#> (SELECT h FROM half) AS d FROM facts f
-        WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NULL OFFSET 0) s
-    ORDER BY d, id LIMIT $6
-),""",
-    "hnsw": _own_index_union(
+        WHERE {_fact_scope(P)} AND f.open_conflict_id IS NULL OFFSET 0) s
+    ORDER BY d, id LIMIT {P.top_k}
+),"""
+    return _own_index_union(
+        P,
         "facts",
         "f",
         "@id",
-        f"f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
-        "$6",
-    ),
-}
-_CHUNK_VECTOR = {
-    "exact": f"""half AS (SELECT $3::vector::halfvec(384) AS h),
+        f"f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_fact_live(P)} AND f.open_conflict_id IS NULL",
+        P.top_k,
+    )
+
+
+def _chunk_vector(P: Parameters, plan: str) -> str:
+    """The episode chunks' vector top k of a plan, as the CTE `vec`, after `size`."""
+    if plan == "exact":
+        return f"""half AS (SELECT {P.vector}::vector::halfvec(384) AS h),
 vec AS (
     SELECT event_id, chunk FROM (
         SELECT c.event_id, c.chunk, c.embedding_half <#> (SELECT h FROM half) AS d FROM episode_chunks c
-        WHERE {_CHUNK_SCOPE} OFFSET 0) s
-    ORDER BY d, event_id, chunk LIMIT $5
-),""",
-    "hnsw": _own_index_union(
-        "episode_chunks", "c", "@event_id, @chunk", f"c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}", "$5"
-    ),
-}
+        WHERE {_chunk_scope(P)} OFFSET 0) s
+    ORDER BY d, event_id, chunk LIMIT {P.vector_k}
+),"""
+    return _own_index_union(
+        P,
+        "episode_chunks",
+        "c",
+        "@event_id, @chunk",
+        f"c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}",
+        P.vector_k,
+    )
 
 
-def _size(table: str, rows_column: str, k: str, most: str) -> str:
+def _size(P: Parameters, table: str, rows_column: str, k: str) -> str:
     """The CTE `size`: the scope's rows in `table` (n), the HNSW over-fetch (fetch_rows), and
     whether the scope has a ready index of its own there (ready)."""
-    return f"""size AS (SELECT s.n, {_FETCH.format(k=k, most=most)} AS fetch_rows, s.ready FROM (
-    SELECT coalesce((SELECT {rows_column} FROM subjects WHERE project_id = $1 AND subject_id = $2), 0) AS n,
-           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = $1
-               AND subject_id = $2 AND table_name = '{table}' AND ready_at IS NOT NULL) AS ready) s)"""
+    return f"""size AS (SELECT s.n, {_FETCH.format(k=k, most=P.hnsw_fetch)} AS fetch_rows, s.ready FROM (
+    SELECT coalesce((SELECT {rows_column} FROM subjects WHERE project_id = {P.project_id} AND subject_id = {P.subject_id}), 0) AS n,
+           EXISTS (SELECT 1 FROM scope_vector_indexes WHERE project_id = {P.project_id}
+               AND subject_id = {P.subject_id} AND table_name = '{table}' AND ready_at IS NOT NULL) AS ready) s)"""
 
 
-def _fact_candidates_sql(rank: str, plan: str) -> str:
+def _fact_candidates_sql(P: Parameters, rank: str, plan: str) -> str:
+    """The fact candidates statement (parameters: FACT_PARAMETERS, then the rank's)."""
     lexical = FULL_TEXT_RANKS[rank](
+        P,
         "facts",
         "f",
-        f"{_TEXT_SCOPE.format(a='f')} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL",
+        f"{text_scope(P, 'f')} AND {_fact_live(P)} AND f.open_conflict_id IS NULL",
         "@id",
-        "$6",
-        "$7",
-        "$12",
+        P.top_k,
     )
     return f"""
-WITH {_size("facts", "fact_rows", k="$6", most="$11")},
+WITH {_size(P, "facts", "fact_rows", k=P.top_k)},
 {lexical.ctes}
-{_FACT_VECTOR[plan]}
+{_fact_vector(P, plan)}
 fts AS ({lexical.top}),
 candidates AS (SELECT id FROM vec UNION SELECT id FROM fts),
 -- One read of the table for the blocked rows and their total (the window counts before the
 -- LIMIT): each reference of `facts` costs planning time per index on it, the scopes'
 -- partial HNSW indexes included.
 blocked AS (
-    SELECT {_FACT_COLUMNS}, count(*) OVER () AS total FROM facts f
-    WHERE {_FACT_SCOPE} AND f.open_conflict_id IS NOT NULL
-    ORDER BY f.id LIMIT $8
+    SELECT {FACT_COLUMNS}, count(*) OVER () AS total FROM facts f
+    WHERE {_fact_scope(P)} AND f.open_conflict_id IS NOT NULL
+    ORDER BY f.id LIMIT {P.blocked_limit}
 )
-SELECT 'C' AS role, {_FACT_COLUMNS},
-       f.embedding <=> $3 AS distance,
+SELECT 'C' AS role, {FACT_COLUMNS},
+       f.embedding <=> {P.vector} AS distance,
        {lexical.rank_expr} AS full_text,
-       ({_EXPIRED.format(volatile="$9", ephemeral="$10")}) AS expired,
+       ({_expired(P)}) AS expired,
        0::bigint AS blocked_total, (SELECT ready FROM size) AS own_index
-FROM candidates k JOIN facts f ON f.project_id = $1 AND f.id = k.id{lexical.join}
+FROM candidates k JOIN facts f ON f.project_id = {P.project_id} AND f.id = k.id{lexical.join}
 UNION ALL
-SELECT 'B', {", ".join(f"b.{c}" for c in _FACT_COLUMN_NAMES)}, NULL, NULL, false, b.total,
+SELECT 'B', {", ".join(f"b.{c}" for c in FACT_COLUMN_NAMES)}, NULL, NULL, false, b.total,
        (SELECT ready FROM size)
 FROM blocked b
 """
@@ -352,19 +455,18 @@ def chunk_row(r: asyncpg.Record) -> ChunkRow:
     )
 
 
-def _episode_candidates_sql(rank: str, plan: str) -> str:
-    lexical = FULL_TEXT_RANKS[rank](
-        "episode_chunks", "c", _TEXT_SCOPE.format(a="c"), "@event_id, @chunk", "$7", "$6", "$9"
-    )
+def _episode_candidates_sql(P: Parameters, rank: str, plan: str) -> str:
+    """The episode candidates statement (parameters: EPISODE_PARAMETERS, then the rank's)."""
+    lexical = FULL_TEXT_RANKS[rank](P, "episode_chunks", "c", text_scope(P, "c"), "@event_id, @chunk", P.text_k)
     return f"""
-WITH {_size("episode_chunks", "chunk_rows", k="$5", most="$8")},
+WITH {_size(P, "episode_chunks", "chunk_rows", k=P.vector_k)},
 {lexical.ctes}
-{_CHUNK_VECTOR[plan]}
+{_chunk_vector(P, plan)}
 fts AS ({lexical.top}),
 candidates AS (SELECT event_id, chunk FROM vec UNION SELECT event_id, chunk FROM fts)
 SELECT {CHUNK_COLUMNS},
-       c.embedding <=> $3 AS distance, {lexical.rank_expr} AS full_text, (SELECT ready FROM size) AS own_index
-FROM candidates k JOIN episode_chunks c ON c.project_id = $1 AND c.event_id = k.event_id AND c.chunk = k.chunk{lexical.join}
+       c.embedding <=> {P.vector} AS distance, {lexical.rank_expr} AS full_text, (SELECT ready FROM size) AS own_index
+FROM candidates k JOIN episode_chunks c ON c.project_id = {P.project_id} AND c.event_id = k.event_id AND c.chunk = k.chunk{lexical.join}
 """
 
 
@@ -376,41 +478,74 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-# By (table, rank): the shared text (exact scan, the scope as parameters), and the template of
-# a scope's own text (HNSW, the scope marked, named by candidates_text).
+@dataclass(frozen=True)
+class _CandidateTexts:
+    """A candidates statement of one table and rank: the shared text (exact scan, the scope as
+    parameters) and the template of a scope's own text (HNSW, the scope marked, named by
+    candidates_text); both take the same parameters."""
+
+    shared: Statement
+    own: Statement
+
+
+def _candidate_texts(table: str, rank: str) -> _CandidateTexts:
+    names, build = {
+        "facts": (FACT_PARAMETERS, _fact_candidates_sql),
+        "episode_chunks": (EPISODE_PARAMETERS, _episode_candidates_sql),
+    }[table]
+    P = Parameters(*names, *RANK_PARAMETERS[rank])
+    return _CandidateTexts(Statement(P, build(P, rank, "exact")), Statement(P, build(P, rank, "hnsw")))
+
+
+# By (table, rank).
 _TEXTS = {
-    (table, rank): (build(rank, "exact"), build(rank, "hnsw"))
-    for table, build in (("facts", _fact_candidates_sql), ("episode_chunks", _episode_candidates_sql))
-    for rank in FULL_TEXT_RANKS
+    (table, rank): _candidate_texts(table, rank) for table in ("facts", "episode_chunks") for rank in FULL_TEXT_RANKS
 }
 
-# An entity's facts are read up to $11 rows, in index order, then ranked: ranking every fact
-# that names a common entity reads the heap, then the out-of-line tsvector, of each
-# (docs/performance.md). An entity that is a common lexeme of the scope (listed in
-# scope_lexemes, db/scope_lexemes.py) is not followed at all: thousands of facts share it.
-MULTI_HOP_SQL = f"""
-SELECT e.entity, e.ord, {_FACT_COLUMNS},
-       f.embedding <=> $3 AS distance, m.full_text
-FROM unnest($4::text[]) WITH ORDINALITY AS e(entity, ord)
+
+def _multi_hop_sql(P: Parameters) -> str:
+    """An entity's facts are read up to read_rows rows, in index order, then ranked: ranking every
+    fact that names a common entity reads the heap, then the out-of-line tsvector, of each
+    (docs/performance.md). An entity that is a common lexeme of the scope (listed in
+    scope_lexemes, db/scope_lexemes.py) is not followed at all: thousands of facts share it."""
+    return f"""
+SELECT e.entity, e.ord, {FACT_COLUMNS},
+       f.embedding <=> {P.vector} AS distance, m.full_text
+FROM unnest({P.entities}::text[]) WITH ORDINALITY AS e(entity, ord)
 CROSS JOIN LATERAL (
     SELECT h.id, ts_rank_cd(h.search_vector, tq.q) AS full_text
-    FROM ({_LEXEME_QUERIES.format(text="e.entity", limit="$8")}) tq
+    FROM ({lexeme_queries(P, "e.entity")}) tq
     CROSS JOIN LATERAL (
         SELECT f.id, f.search_vector FROM facts f
-        WHERE {_TEXT_SCOPE.format(a="f")} AND {_FACT_LIVE} AND f.open_conflict_id IS NULL
-          AND NOT ({_EXPIRED.format(volatile="$9", ephemeral="$10")})
-          AND f.id <> ALL($6::uuid[]) AND {_SCOPED.format(alias="f")} @@ tq.sq
-          AND NOT EXISTS (SELECT 1 FROM scope_lexemes k WHERE k.project_id = $1 AND k.subject_id = $2
+        WHERE {text_scope(P, "f")} AND {_fact_live(P)} AND f.open_conflict_id IS NULL
+          AND NOT ({_expired(P)})
+          AND f.id <> ALL({P.exclude_ids}::uuid[]) AND {scoped_lexemes("f")} @@ tq.sq
+          AND NOT EXISTS (SELECT 1 FROM scope_lexemes k WHERE k.project_id = {P.project_id} AND k.subject_id = {P.subject_id}
                             AND k.table_name = 'facts'
                             AND k.lexeme = ANY (tsvector_to_array(to_tsvector('english', e.entity))))
-        LIMIT $11
+        LIMIT {P.read_rows}
     ) h
     ORDER BY 2 DESC, h.id
-    LIMIT $7
+    LIMIT {P.per_entity}
 ) m
-JOIN facts f ON f.project_id = $1 AND f.id = m.id
+JOIN facts f ON f.project_id = {P.project_id} AND f.id = m.id
 ORDER BY e.ord, m.full_text DESC, f.id
 """
+
+
+_MULTI_HOP = Statement(MULTI_HOP_PARAMETERS, _multi_hop_sql(MULTI_HOP_PARAMETERS))
+MULTI_HOP_SQL = _MULTI_HOP.text
+
+
+def statement_texts() -> dict[str, Statement]:
+    """Every statement of this module with its parameters, by "statement/rank/plan" (a scope's
+    own texts as their template, the scope marked): for checks and tools."""
+    texts = {}
+    for (table, rank), t in _TEXTS.items():
+        texts[f"{table}/{rank}/exact"] = t.shared
+        texts[f"{table}/{rank}/hnsw"] = t.own
+    texts["multi_hop"] = _MULTI_HOP
+    return texts
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ is slower, and it runs hundreds of times a call (core/packet.py)
@@ -463,7 +598,8 @@ class EpisodeCandidates:
 
 @dataclass(frozen=True)
 class SearchParams:
-    """What every retrieval statement of one call shares."""
+    """What every retrieval statement of one call shares. A field that is a statement parameter
+    has the parameter's name (see statement_args)."""
 
     project_id: str
     subject_id: str
@@ -482,18 +618,51 @@ class SearchParams:
     own_index_tables: frozenset[str] = frozenset()
 
 
-def _rank_args(p: SearchParams) -> tuple[int, ...]:
-    """The parameters only the idf rank's statements take (the last one)."""
-    return (p.lexeme_rows,) if p.full_text_rank == "idf" else ()
+# The values every statement of a call shares: SearchParams' fields of these names.
+_SHARED_VALUES = frozenset(
+    {
+        "project_id",
+        "subject_id",
+        "vector",
+        "query",
+        "now",
+        "max_lexemes",
+        "lexeme_rows",
+        "hnsw_fetch",
+        "horizon_volatile_s",
+        "horizon_ephemeral_s",
+    }
+)
+
+
+def statement_args(parameters: Parameters, p: SearchParams, **counts: Any) -> tuple[Any, ...]:
+    """The arguments of one statement for one call, db/as_of.py's included: of the values every
+    statement of the call shares (_SHARED_VALUES, from `p`) those the statement declares, and the
+    statement's own `counts` (top_k, entities...), each of which it must declare; a declared
+    parameter given by neither is refused."""
+    if not _SHARED_VALUES.isdisjoint(counts):
+        both = sorted(_SHARED_VALUES.intersection(counts))
+        raise ValueError(f"{both} come from the call's SearchParams, not from a statement's counts")
+    values = {name: getattr(p, name) for name in parameters.names if name in _SHARED_VALUES}
+    values.update(counts)
+    return parameters.args(values)
+
+
+def _candidates(table: str, p: SearchParams) -> tuple[str, Parameters]:
+    """The candidates statement of `table` for this call and its parameters: the scope's own text
+    (HNSW over its index, the scope named with constants) if it is known to have an index and may
+    use it, else the shared text (exact scan)."""
+    texts = _TEXTS[table, p.full_text_rank]
+    if p.use_scope_index and table in p.own_index_tables:
+        return _own_text(table, p.full_text_rank, p.project_id, p.subject_id), texts.own.parameters
+    return texts.shared.text, texts.shared.parameters
 
 
 def candidates_text(table: str, p: SearchParams) -> str:
     """The candidates statement of `table` for this call: the scope's own text (HNSW over its
     index, the scope named with constants) if it is known to have an index and may use it,
     else the shared text (exact scan)."""
-    if p.use_scope_index and table in p.own_index_tables:
-        return _own_text(table, p.full_text_rank, p.project_id, p.subject_id)
-    return _TEXTS[table, p.full_text_rank][0]
+    return _candidates(table, p)[0]
 
 
 @lru_cache(maxsize=1024)
@@ -501,14 +670,15 @@ def _own_text(table: str, rank: str, project_id: str, subject_id: str) -> str:
     """A scope's own text, made once per process while the scope keeps being asked about (a
     few kB each; the index name's hash and three replaces every call otherwise)."""
     return (
-        _TEXTS[table, rank][1]
-        .replace(_PROJECT, _literal(project_id))
+        _TEXTS[table, rank]
+        .own.text.replace(_PROJECT, _literal(project_id))
         .replace(_SUBJECT, _literal(subject_id))
         .replace(_IVF_INDEX, _literal(ivf_index_name(table, project_id, subject_id)))
     )
 
 
-def _fact_row(r: asyncpg.Record) -> FactRow:
+def fact_row(r: asyncpg.Record) -> FactRow:
+    """A fact from a row that selected FACT_COLUMNS, distance and full_text."""
     return FactRow(
         id=str(r["id"]),
         predicate=r["predicate"],
@@ -526,55 +696,6 @@ def _fact_row(r: asyncpg.Record) -> FactRow:
     )
 
 
-def _fact_args(p: SearchParams, top_k: int, blocked_limit: int) -> tuple[Any, ...]:
-    return (
-        p.project_id,
-        p.subject_id,
-        p.vector,
-        p.query,
-        p.now,
-        top_k,
-        p.max_lexemes,
-        blocked_limit,
-        p.horizon_volatile_s,
-        p.horizon_ephemeral_s,
-        p.hnsw_fetch,
-        *_rank_args(p),
-    )
-
-
-def _episode_args(p: SearchParams, vector_k: int, text_k: int) -> tuple[Any, ...]:
-    return (
-        p.project_id,
-        p.subject_id,
-        p.vector,
-        p.query,
-        vector_k,
-        p.max_lexemes,
-        text_k,
-        p.hnsw_fetch,
-        *_rank_args(p),
-    )
-
-
-def _multi_hop_args(
-    p: SearchParams, entities: list[str], exclude_ids: list[str], per_entity: int, read_rows: int
-) -> tuple[Any, ...]:
-    return (
-        p.project_id,
-        p.subject_id,
-        p.vector,
-        entities,
-        p.now,
-        exclude_ids,
-        per_entity,
-        p.max_lexemes,
-        p.horizon_volatile_s,
-        p.horizon_ephemeral_s,
-        read_rows,
-    )
-
-
 async def warm(conn: asyncpg.Connection, p: SearchParams) -> None:
     """Plan each retrieval statement once on a new connection, without running it (EXPLAIN).
 
@@ -582,10 +703,15 @@ async def warm(conn: asyncpg.Connection, p: SearchParams) -> None:
     of every index on them (each scope's partial HNSW index included) and their statistics,
     which would otherwise slow a server's first call (docs/performance.md). EXPLAIN is a statement of its own, so the statements' own plan
     cache (five plans for their values, then one for all) is left as it was."""
+    facts, facts_parameters = _candidates("facts", p)
+    episodes, episodes_parameters = _candidates("episode_chunks", p)
     for text, args in (
-        (candidates_text("facts", p), _fact_args(p, 1, 1)),
-        (candidates_text("episode_chunks", p), _episode_args(p, 1, 1)),
-        (MULTI_HOP_SQL, _multi_hop_args(p, ["warm"], [], 1, 1)),
+        (facts, statement_args(facts_parameters, p, top_k=1, blocked_limit=1)),
+        (episodes, statement_args(episodes_parameters, p, vector_k=1, text_k=1)),
+        (
+            MULTI_HOP_SQL,
+            statement_args(MULTI_HOP_PARAMETERS, p, entities=["warm"], exclude_ids=[], per_entity=1, read_rows=1),
+        ),
     ):
         await conn.fetch("EXPLAIN " + text, *args)
 
@@ -593,24 +719,26 @@ async def warm(conn: asyncpg.Connection, p: SearchParams) -> None:
 async def fact_candidates(conn: asyncpg.Connection, p: SearchParams, top_k: int, blocked_limit: int) -> FactCandidates:
     """Phase 1 and 2 in one statement: the union of vector and full-text top-k, scored
     components for each, plus the scope's facts held in OPEN conflict sets."""
-    rows = await conn.fetch(candidates_text("facts", p), *_fact_args(p, top_k, blocked_limit))
+    text, parameters = _candidates("facts", p)
+    rows = await conn.fetch(text, *statement_args(parameters, p, top_k=top_k, blocked_limit=blocked_limit))
     return fact_candidates_of(rows, bool(rows[0]["own_index"]) if rows else None)
 
 
 def fact_candidates_of(rows: list[asyncpg.Record], own_index: bool | None) -> FactCandidates:
     """A fact candidates statement's rows read: the candidates (role C, with whether each is past
     its volatility horizon) and the blocked facts (role B, with how many there are in all)."""
-    candidates = [(_fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
+    candidates = [(fact_row(r), bool(r["expired"])) for r in rows if r["role"] == "C"]
     blocked_rows = [r for r in rows if r["role"] == "B"]
     total = int(blocked_rows[0]["blocked_total"]) if blocked_rows else 0
-    return FactCandidates(candidates, [_fact_row(r) for r in blocked_rows], total, own_index)
+    return FactCandidates(candidates, [fact_row(r) for r in blocked_rows], total, own_index)
 
 
 async def episode_candidates(
     conn: asyncpg.Connection, p: SearchParams, vector_k: int, text_k: int
 ) -> EpisodeCandidates:
     """Episode chunks of the scope: the vector top-k, plus the full-text top-k when `text_k` > 0."""
-    rows = await conn.fetch(candidates_text("episode_chunks", p), *_episode_args(p, vector_k, text_k))
+    text, parameters = _candidates("episode_chunks", p)
+    rows = await conn.fetch(text, *statement_args(parameters, p, vector_k=vector_k, text_k=text_k))
     return EpisodeCandidates([chunk_row(r) for r in rows], bool(rows[0]["own_index"]) if rows else None)
 
 
@@ -624,5 +752,25 @@ async def multi_hop(
 ) -> list[tuple[str, FactRow]]:
     """For each entity in order, up to `per_entity` servable facts matching it, by full-text rank then id
     among the first `read_rows` that match; none for an entity listed as common in the scope."""
-    rows = await conn.fetch(MULTI_HOP_SQL, *_multi_hop_args(p, entities, exclude_ids, per_entity, read_rows))
-    return [(r["entity"], _fact_row(r)) for r in rows]
+    args = statement_args(
+        MULTI_HOP_PARAMETERS, p, entities=entities, exclude_ids=exclude_ids, per_entity=per_entity, read_rows=read_rows
+    )
+    rows = await conn.fetch(MULTI_HOP_SQL, *args)
+    return [(r["entity"], fact_row(r)) for r in rows]
+
+
+@dataclass(frozen=True)
+class CandidateStatements:
+    """The assembler's three statements as one set, chosen once per call: `LIVE` (this module's)
+    or db/as_of.py's `AT_INSTANT` (the memory at a past instant). The same signatures as this
+    module's functions, the same rows."""
+
+    name: str
+    fact_candidates: Callable[[asyncpg.Connection, SearchParams, int, int], Awaitable[FactCandidates]]
+    episode_candidates: Callable[[asyncpg.Connection, SearchParams, int, int], Awaitable[EpisodeCandidates]]
+    multi_hop: Callable[
+        [asyncpg.Connection, SearchParams, list[str], list[str], int, int], Awaitable[list[tuple[str, FactRow]]]
+    ]
+
+
+LIVE = CandidateStatements("live", fact_candidates, episode_candidates, multi_hop)
