@@ -41,7 +41,7 @@ WARMUP = 10
 async def _call(rt: Any, question: str, as_of: datetime | None) -> tuple[float, Any]:
     started = time.perf_counter()
     assembly = await start_assembly(rt, PROJECT, SUBJECT, question, 900, as_of=as_of)
-    await assembly.written
+    await assembly.write.committed()
     return (time.perf_counter() - started) * 1000.0, assembly.packet
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -52,11 +53,12 @@ async def test_a_failed_statement_fails_the_call_after_the_others_finish(
         finished.append(True)
         return result
 
-    async def refused(*args: Any) -> None:
+    async def refused(*args: Any) -> retrieval.FactCandidates:
         raise RuntimeError("facts refused")  # while the episode statement still runs
 
-    monkeypatch.setattr(retrieval, "fact_candidates", refused)
-    monkeypatch.setattr(retrieval, "episode_candidates", slow_episodes)
+    monkeypatch.setattr(
+        retrieval, "LIVE", replace(retrieval.LIVE, fact_candidates=refused, episode_candidates=slow_episodes)
+    )
     error = await client.error(QUERY, {"s": subject, "q": "alpha", "b": None})
     assert error["extensions"]["code"] == "INTERNAL"
     # The episode statement was awaited before the error left the call: no connection is still busy.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -92,7 +93,7 @@ async def test_multi_hop_statement_is_sent_before_the_episodes_are_scored(
         events.append("episodes scored")
         return score_chunks(*args)
 
-    monkeypatch.setattr(retrieval, "multi_hop", hop)
+    monkeypatch.setattr(retrieval, "LIVE", replace(retrieval.LIVE, multi_hop=hop))
     monkeypatch.setattr(assembler, "_chunks", chunks)
     c = client_for(with_settings(runtime, retrieval_top_k=1))
     try:

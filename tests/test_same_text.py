@@ -25,21 +25,25 @@ def test_same_text_ignores_spacing_and_case_only() -> None:
 
 def test_a_section_serves_a_repeated_text_once_and_spends_no_budget_on_it() -> None:
     items = [("a", "Rex is a beagle"), ("b", "rex is  a BEAGLE"), ("c", "Rex likes the beach"), ("d", "old")]
-    section = pack_section(items, lambda _: 4, 8, ReasonCode.TOP_SCORE, text_of=lambda i: i[1], said={"old"})
+    section = pack_section(
+        items, cost=lambda _: 4, budget_left=8, included=ReasonCode.TOP_SCORE, text_of=lambda i: i[1], said={"old"}
+    )
     assert [(v.item[0], v.decision, v.reason) for v in section.verdicts] == [
         ("a", Decision.INCLUDED, ReasonCode.TOP_SCORE),
         ("b", Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED),
         ("c", Decision.INCLUDED, ReasonCode.TOP_SCORE),
         ("d", Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED),  # served by an earlier section
     ]
-    off = pack_section(items, lambda _: 4, 8, ReasonCode.TOP_SCORE)
+    off = pack_section(items, cost=lambda _: 4, budget_left=8, included=ReasonCode.TOP_SCORE)
     assert [v.reason for v in off.verdicts][:2] == [ReasonCode.TOP_SCORE, ReasonCode.TOP_SCORE]
 
 
 def test_a_copy_is_left_out_only_when_the_first_was_served() -> None:
     """A copy ranked below a first one too big for the budget is not a repeat: nothing was served."""
     items = [("big", "same words", 10), ("copy", "same words", 10), ("small", "other", 2)]
-    section = pack_section(items, lambda i: i[2], 5, ReasonCode.TOP_SCORE, text_of=lambda i: i[1])
+    section = pack_section(
+        items, cost=lambda i: i[2], budget_left=5, included=ReasonCode.TOP_SCORE, text_of=lambda i: i[1]
+    )
     assert [v.reason for v in section.verdicts] == [
         ReasonCode.OVER_BUDGET,
         ReasonCode.OVER_BUDGET,

@@ -25,7 +25,7 @@ from haki_context.core.limits import (
     try_parse_id,
 )
 from haki_context.core.models import Decision, ReasonCode
-from haki_context.core.packing import episode_line, fact_line, pack, pack_section, render, tokens
+from haki_context.core.packing import episode_line, fact_line, pack_section, render, tokens
 from haki_context.core.scoring import Weights, components, recency
 from haki_context.core.texts import MAX_CHUNK_CHARS, event_chunks, fact_text, served_excerpt, split_long_text
 from haki_context.settings import ExcerptFormat, Settings
@@ -66,12 +66,14 @@ def test_a_line_costs_its_characters_over_four_at_least_one() -> None:
 
 
 def test_packing_skips_what_does_not_fit_and_goes_on() -> None:
-    kept, left = pack([5, 8, 2, 1], lambda n: n, 8)
-    assert kept == [5, 2, 1] and left == 0
+    section = pack_section([5, 8, 2, 1], cost=lambda n: n, budget_left=8, included=ReasonCode.TOP_SCORE)
+    assert section.kept == [5, 2, 1] and section.left == 0
 
 
 def test_pack_section_writes_the_decision_ladder() -> None:
-    section = pack_section([30, 50, 4, 9], lambda n: n, 40, ReasonCode.TOP_SCORE, gated=lambda n: n == 9)
+    section = pack_section(
+        [30, 50, 4, 9], cost=lambda n: n, budget_left=40, included=ReasonCode.TOP_SCORE, gated=lambda n: n == 9
+    )
     assert section.kept == [30, 4] and section.left == 6
     assert [(v.item, v.decision, v.reason) for v in section.verdicts] == [
         (30, Decision.INCLUDED, ReasonCode.TOP_SCORE),
@@ -82,7 +84,7 @@ def test_pack_section_writes_the_decision_ladder() -> None:
 
 
 def test_a_gated_item_is_excluded_whatever_budget_remains() -> None:
-    section = pack_section(["far"], len, 1000, ReasonCode.TOP_SCORE, gated=lambda _: True)
+    section = pack_section(["far"], cost=len, budget_left=1000, included=ReasonCode.TOP_SCORE, gated=lambda _: True)
     assert section.kept == [] and section.left == 1000
 
 

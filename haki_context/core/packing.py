@@ -5,7 +5,8 @@ An item's tokens are `max(1, len(line) // 4)` of the line it adds to
 than the budget.
 
 Every section of a packet (facts, multi-hop facts, episodes) is packed the same
-way, by `pack_section` (or two at once by `pack_merged`): items in rank order,
+way, by `pack_section` (or two at once by `pack_merged`), each verdict given by
+one decision ladder (`_Ladder.decide`): items in rank order,
 those past the recall gate set aside (BELOW_RELEVANCE_FLOOR), then what is said
 already: a turn a served fact cites (CITED_BY_FACT) and, in one ranking, a fact
 whose every source turn is served (SOURCES_SERVED), and an item whose text is
@@ -31,6 +32,11 @@ def tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def fact_date(valid_from: datetime | None, recorded_at: datetime) -> datetime:
+    """The date a fact is served and scored with: when it holds from, else when it was recorded."""
+    return valid_from or recorded_at
+
+
 def fact_line(text: str, dated: datetime) -> str:
     """A fact as served: its text and the date it holds from."""
     return f"- {text} ({dated.date().isoformat()})"
@@ -39,18 +45,6 @@ def fact_line(text: str, dated: datetime) -> str:
 def episode_line(excerpt: str, occurred_at: datetime) -> str:
     """An episode as served: when it happened, then its excerpt."""
     return f"- [{occurred_at.strftime('%Y-%m-%d %H:%M')}] {excerpt}"
-
-
-def pack(items: Sequence[T], cost: Callable[[T], int], budget_left: int) -> tuple[list[T], int]:
-    """Take items in order while they fit; one that does not fit is skipped and
-    packing goes on (a smaller one may still fit). Returns (kept, budget left)."""
-    kept: list[T] = []
-    for item in items:
-        c = cost(item)
-        if c <= budget_left:
-            kept.append(item)
-            budget_left -= c
-    return kept, budget_left
 
 
 class Verdict(NamedTuple, Generic[T]):
@@ -70,45 +64,69 @@ class Section(Generic[T]):
     verdicts: list[Verdict[T]]
 
 
+def same_text(text: str) -> str:
+    """What makes two served texts the same: their words, whatever the spacing and the case."""
+    return " ".join(text.split()).casefold()
+
+
+class _Ladder(Generic[T]):
+    """The decision ladder, the one place each verdict is given: items come in the order they
+    are packed, and what is served so far is remembered for the rules of what is said already."""
+
+    def __init__(
+        self,
+        *,
+        cost: Callable[[T], int],
+        budget_left: int,
+        included: ReasonCode,
+        gated: Callable[[T], bool],
+        text_of: Callable[[T], str] | None,
+        said: Collection[str] = (),
+    ) -> None:
+        self.cost, self.left, self.included, self.gated, self.text_of = cost, budget_left, included, gated, text_of
+        self.served_texts = set(said)  # as same_text keys
+
+    def decide(self, item: T, *, cited: bool = False, restated: bool = False) -> tuple[Decision, ReasonCode]:
+        """An item past the recall gate is excluded whatever budget remains (BELOW_RELEVANCE_FLOOR);
+        then what is said already: a turn a served fact cites (`cited`: CITED_BY_FACT), a fact whose
+        source turns are served (`restated`: SOURCES_SERVED), a text served above it (with `text_of`:
+        SAME_TEXT_SERVED); one that fits is included, one that does not is excluded OVER_BUDGET."""
+        if self.gated(item):
+            return Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR
+        if cited:
+            return Decision.EXCLUDED, ReasonCode.CITED_BY_FACT
+        if restated:
+            return Decision.EXCLUDED, ReasonCode.SOURCES_SERVED
+        key = same_text(self.text_of(item)) if self.text_of is not None else None
+        if key is not None and key in self.served_texts:
+            return Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED
+        c = self.cost(item)
+        if c > self.left:
+            return Decision.EXCLUDED, ReasonCode.OVER_BUDGET
+        self.left -= c
+        if key is not None:
+            self.served_texts.add(key)
+        return Decision.INCLUDED, self.included
+
+
 def pack_section(
     ranked: Sequence[T],
+    *,
     cost: Callable[[T], int],
     budget_left: int,
     included: ReasonCode,
     gated: Callable[[T], bool] = lambda _: False,
     cited: Callable[[T], bool] = lambda _: False,
-    *,
     text_of: Callable[[T], str] | None = None,
     said: Collection[str] = (),
 ) -> Section[T]:
-    """Pack `ranked` (best first) into `budget_left`. An item past the recall gate is excluded
-    whatever budget remains (BELOW_RELEVANCE_FLOOR); then one `cited` by a served fact is
-    excluded CITED_BY_FACT; with `text_of`, one whose text is the same (`same_text`) as an item
-    served before it, or as one of `said` (earlier sections' served texts, as `same_text` keys),
-    is excluded SAME_TEXT_SERVED; one that fits is included for `included`; one that does not
-    is excluded OVER_BUDGET."""
-    served = set(said)
-    verdicts: list[Verdict[T]] = []
-    for item in ranked:
-        if gated(item):
-            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR))
-        elif cited(item):
-            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.CITED_BY_FACT))
-        elif text_of is not None and same_text(text_of(item)) in served:
-            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED))
-        elif (c := cost(item)) <= budget_left:
-            budget_left -= c
-            verdicts.append(Verdict(item, Decision.INCLUDED, included))
-            if text_of is not None:
-                served.add(same_text(text_of(item)))
-        else:
-            verdicts.append(Verdict(item, Decision.EXCLUDED, ReasonCode.OVER_BUDGET))
-    return Section([v.item for v in verdicts if v.decision is Decision.INCLUDED], budget_left, verdicts)
-
-
-def same_text(text: str) -> str:
-    """What makes two served texts the same: their words, whatever the spacing and the case."""
-    return " ".join(text.split()).casefold()
+    """Pack `ranked` (best first) into `budget_left`, each item's verdict given by the decision
+    ladder (`_Ladder.decide`): `cited` marks a turn a served fact cites; with `text_of`, a text
+    the same as an item served before it, or as one of `said` (earlier sections' served texts,
+    as `same_text` keys), is left out."""
+    ladder = _Ladder(cost=cost, budget_left=budget_left, included=included, gated=gated, text_of=text_of, said=said)
+    verdicts = [Verdict(item, *ladder.decide(item, cited=cited(item))) for item in ranked]
+    return Section([v.item for v in verdicts if v.decision is Decision.INCLUDED], ladder.left, verdicts)
 
 
 def render(lines: Sequence[str]) -> str:
@@ -139,40 +157,32 @@ def pack_merged(
     first's item first at a tie: whichever kind answers better takes the budget. Each section's
     verdicts keep its own rank order; both sections' `left` is the budget left after both.
 
-    What is said already is left out, whichever of the two ranks lower: with `skip_cited`, an
-    item of the second section whose `cited_as` key is among the `cites` keys of the first
-    section's items included before it is excluded CITED_BY_FACT; with `skip_restated`, an item
-    of the first section whose `cites` keys are all `cited_as` keys of second-section items
-    included before it is excluded SOURCES_SERVED; with `text_of`, an item whose text is the
-    same (`same_text`) as an item of either section included before it is excluded
-    SAME_TEXT_SERVED."""
+    Each verdict is the decision ladder's (`_Ladder.decide`), whichever of the two kinds ranks
+    lower: with `skip_cited`, an item of the second section whose `cited_as` key is among the
+    `cites` keys of the first section's items included before it is cited; with
+    `skip_restated`, an item of the first section whose `cites` keys are all `cited_as` keys of
+    second-section items included before it is restated; with `text_of`, a text the same as an
+    item of either section included before it is left out."""
+    ladder: _Ladder[A | B] = _Ladder(
+        cost=cost, budget_left=budget_left, included=included, gated=gated, text_of=text_of
+    )
     order = sorted([(-score(a), 0, i) for i, a in enumerate(first)] + [(-score(b), 1, i) for i, b in enumerate(second)])
     decided: list[dict[int, tuple[Decision, ReasonCode]]] = [{}, {}]
     served_cites: set[str] = set()  # what the first section's included items cite
     served_keys: set[str] = set()  # the keys of the second section's included items
-    served_texts: set[str] = set()  # both sections' included items, as same_text keys
     for _, which, i in order:
-        item: A | B = first[i] if which == 0 else second[i]
-        if gated(item):
-            decided[which][i] = (Decision.EXCLUDED, ReasonCode.BELOW_RELEVANCE_FLOOR)
-        elif skip_cited and which == 1 and (key := cited_as(second[i])) is not None and key in served_cites:
-            decided[which][i] = (Decision.EXCLUDED, ReasonCode.CITED_BY_FACT)
-        elif skip_restated and which == 0 and (sources := set(cites(first[i]))) and sources <= served_keys:
-            decided[which][i] = (Decision.EXCLUDED, ReasonCode.SOURCES_SERVED)
-        elif text_of is not None and same_text(text_of(item)) in served_texts:
-            decided[which][i] = (Decision.EXCLUDED, ReasonCode.SAME_TEXT_SERVED)
-        elif (c := cost(item)) <= budget_left:
-            budget_left -= c
-            decided[which][i] = (Decision.INCLUDED, included)
-            if text_of is not None:
-                served_texts.add(same_text(text_of(item)))
-            if which == 0:
-                served_cites.update(cites(first[i]))
-            elif (key := cited_as(second[i])) is not None:
-                served_keys.add(key)
+        if which == 0:
+            sources = set(cites(first[i]))
+            verdict = ladder.decide(first[i], restated=skip_restated and bool(sources) and sources <= served_keys)
+            if verdict[0] is Decision.INCLUDED:
+                served_cites.update(sources)
         else:
-            decided[which][i] = (Decision.EXCLUDED, ReasonCode.OVER_BUDGET)
-    return _section(first, decided[0], budget_left), _section(second, decided[1], budget_left)
+            key = cited_as(second[i])
+            verdict = ladder.decide(second[i], cited=skip_cited and key is not None and key in served_cites)
+            if verdict[0] is Decision.INCLUDED and key is not None:
+                served_keys.add(key)
+        decided[which][i] = verdict
+    return _section(first, decided[0], ladder.left), _section(second, decided[1], ladder.left)
 
 
 def _section(ranked: Sequence[T], decided: dict[int, tuple[Decision, ReasonCode]], left: int) -> Section[T]:

@@ -58,6 +58,12 @@ def components(distance: float, full_text: float, at: datetime, now: datetime, w
     return Components(similarity, full_text, rec, distance, score)
 
 
+def past_recall_gate(distance: float, gate: float) -> bool:
+    """Whether an item is past the recall gate (HAKI_RECALL_MAX_DISTANCE): the gate is on (> 0)
+    and the item's cosine distance to the query is above it."""
+    return 0 < gate < distance
+
+
 def best_neighbours(times: np.ndarray, scores: np.ndarray, window: float) -> np.ndarray:
     """For items sorted by time, the best score among the *other* items within `window` seconds
     of each (0 where none is, or where the best is below 0). O(n log n): range maxima from a

@@ -22,7 +22,7 @@ from ..settings import Packing, Settings
 from . import settings_records
 from .models import Decision, ItemKind
 from .packet import ContextTrace, TraceDecision
-from .packing import episode_line, fact_line, render, tokens
+from .packing import episode_line, fact_date, fact_line, render, tokens
 from .runtime import Runtime
 from .texts import served_excerpt
 
@@ -139,7 +139,7 @@ async def rendered_of(
         if row is None:
             return None
         if d.item_kind is ItemKind.FACT:
-            line = fact_line(row["text"], row["valid_from"] or row["recorded_at"])
+            line = fact_line(row["text"], fact_date(row["valid_from"], row["recorded_at"]))
         else:
             excerpt = served_excerpt(
                 settings.episode_excerpt_format,

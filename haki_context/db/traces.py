@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import asyncpg
+
+from .parameters import Parameters
 
 # Per-trace counts by reason code: stored on the trace so stats never scan decisions.
 REASON_COLUMNS: dict[str, str] = {
@@ -65,26 +68,52 @@ TRACE_COLUMNS = (
 # ever; only a crash of the database server within three wal_writer_delay periods can
 # lose it, and the call does not pay for the flush (docs/performance.md). Facts and events
 # always wait for it.
-# The statement's parameters: the trace's fields $1..$19, one count per reason code from $20,
-# then the decisions, `durable`, the settings record and asOf.
-_REASONS = [f"${20 + i}" for i in range(len(REASON_COLUMNS))]
-_DECISIONS, _DURABLE, _SETTINGS, _AS_OF = (f"${20 + len(REASON_COLUMNS) + i}" for i in range(4))
+# The statement's parameters, by name (db/parameters.py): the trace's fields, one count per
+# reason code, the decisions, `durable`, the settings record and asOf.
+_P = Parameters(
+    "project_id",
+    "id",
+    "subject_id",
+    "query",
+    "budget_tokens",
+    "used_tokens",
+    "status",
+    "empty_reason",
+    "warnings",
+    "created_at",
+    "embed_ms",
+    "retrieve_ms",
+    "pack_ms",
+    "total_ms",  # before the write; the statement adds its own duration
+    "facts_served",
+    "episodes_served",
+    "n_included",
+    "n_excluded",
+    "n_blocked",
+    *REASON_COLUMNS.values(),
+    "decisions",
+    "durable",
+    "settings_id",
+    "as_of",
+)
 _INSERT = f"""
 WITH decisions AS (
     INSERT INTO trace_decisions (project_id, trace_id, ord, {", ".join(_DECISION_FIELDS)})
-    SELECT $1, $2::uuid, d.ord, {", ".join(f"d.{name}" for name in _DECISION_FIELDS)}
-    FROM ROWS FROM (json_to_recordset({_DECISIONS}::json) AS ({_DECISION_TYPES})) WITH ORDINALITY
+    SELECT {_P.project_id}, {_P.id}::uuid, d.ord, {", ".join(f"d.{name}" for name in _DECISION_FIELDS)}
+    FROM ROWS FROM (json_to_recordset({_P.decisions}::json) AS ({_DECISION_TYPES})) WITH ORDINALITY
          AS d({", ".join(_DECISION_FIELDS)}, ord)
     RETURNING 1
 ),
 written AS (
     SELECT (1000 * extract(epoch FROM clock_timestamp() - statement_timestamp()))::float8 AS ms,
-           CASE WHEN NOT {_DURABLE}::bool THEN set_config('synchronous_commit', 'off', true) END AS commit_mode
+           CASE WHEN NOT {_P.durable}::bool THEN set_config('synchronous_commit', 'off', true) END AS commit_mode
     FROM (SELECT count(*) FROM decisions) n
 )
 INSERT INTO context_traces (project_id, {TRACE_COLUMNS})
-SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, w.ms, $14::float8 + w.ms, $15, $16,
-       $17, $18, $19, {", ".join(_REASONS)}, {_SETTINGS}, {_AS_OF}
+SELECT {_P.project_id}, {_P.id}, {_P.subject_id}, {_P.query}, {_P.budget_tokens}, {_P.used_tokens}, {_P.status},
+       {_P.empty_reason}, {_P.warnings}, {_P.created_at}, {_P.embed_ms}, {_P.retrieve_ms}, {_P.pack_ms}, w.ms,
+       {_P.total_ms}::float8 + w.ms, {_P.facts_served}, {_P.episodes_served}, {_P.n_included}, {_P.n_excluded},
+       {_P.n_blocked}, {", ".join(_P[column] for column in REASON_COLUMNS.values())}, {_P.settings_id}, {_P.as_of}
 FROM written w
 RETURNING persist_ms
 """
@@ -95,46 +124,113 @@ RETURNING persist_ms
 # what a listener needs to route the event and nothing more; the trace is then read as any other.
 _INSERT_NOTIFY = _INSERT.replace(
     "RETURNING persist_ms",
-    f"RETURNING persist_ms, pg_notify('{TRACE_CHANNEL}', json_build_array($1::text, $2::text, $3::text)::text)",
+    f"RETURNING persist_ms, pg_notify('{TRACE_CHANNEL}', json_build_array({_P.project_id}::text, {_P.id}::text, {_P.subject_id}::text)::text)",
 )
 
 
-async def insert(conn: asyncpg.Connection, project_id: str, trace: Any, *, durable: bool = False) -> float:
-    """Write a trace (core.packet.ContextTrace) and its decisions in one statement (atomic).
+class _Named(Protocol):
+    """An enum member, written by its value."""
+
+    @property
+    def value(self) -> str: ...
+
+
+class _Timings(Protocol):
+    @property
+    def embed_ms(self) -> float: ...
+    @property
+    def retrieve_ms(self) -> float: ...
+    @property
+    def pack_ms(self) -> float: ...
+    @property
+    def total_ms(self) -> float: ...
+
+
+class _Counts(Protocol):
+    @property
+    def included(self) -> int: ...
+    @property
+    def excluded(self) -> int: ...
+    @property
+    def blocked(self) -> int: ...
+
+
+class TraceToWrite(Protocol):
+    """What the write reads of a trace (core.packet.ContextTrace)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def subject_id(self) -> str: ...
+    @property
+    def query(self) -> str: ...
+    @property
+    def budget_tokens(self) -> int: ...
+    @property
+    def used_tokens(self) -> int: ...
+    @property
+    def status(self) -> _Named: ...
+    @property
+    def empty_reason(self) -> _Named | None: ...
+    @property
+    def warnings(self) -> Sequence[str]: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def timings(self) -> _Timings: ...
+    @property
+    def facts_served(self) -> int: ...
+    @property
+    def episodes_served(self) -> int: ...
+    @property
+    def counts(self) -> _Counts: ...
+    @property
+    def reason_counts(self) -> Mapping[Any, int]: ...  # by reason code (a str enum: its value is its key)
+    @property
+    def decisions(self) -> Sequence[Any] | None: ...  # slotted dataclasses, written by orjson
+    @property
+    def settings_id(self) -> str | None: ...
+    @property
+    def as_of(self) -> datetime | None: ...
+
+
+async def insert(conn: asyncpg.Connection, project_id: str, trace: TraceToWrite, *, durable: bool = False) -> float:
+    """Write a trace and its decisions in one statement (atomic).
 
     Returns the write's duration in ms as the database timed it (from the statement's start
     until its last decision row is written; the commit's flush and the round trip are not
     in it), which is also what the row holds as `persist_ms`, and adds to `total_ms`.
     `durable`: the commit waits for the WAL flush (see _INSERT). Listeners of TRACE_CHANNEL
-    hear of it at the commit (see _INSERT_NOTIFY)."""
-    persist_ms = await conn.fetchval(
-        _INSERT_NOTIFY,
-        project_id,
-        trace.id,
-        trace.subject_id,
-        trace.query,
-        trace.budget_tokens,
-        trace.used_tokens,
-        trace.status.value,
-        trace.empty_reason.value if trace.empty_reason else None,
-        list(trace.warnings),
-        trace.created_at,
-        trace.timings.embed_ms,
-        trace.timings.retrieve_ms,
-        trace.timings.pack_ms,
-        trace.timings.total_ms,  # before the write; the statement adds its own duration
-        trace.facts_served,
-        trace.episodes_served,
-        trace.counts.included,
-        trace.counts.excluded,
-        trace.counts.blocked,
-        *[trace.reason_counts.get(code, 0) for code in REASON_COLUMNS],
-        # orjson writes a slotted dataclass as an object of its fields, an enum as its value
-        list(trace.decisions or ()),
-        durable,
-        trace.settings_id,
-        trace.as_of,
-    )
+    hear of it at the commit (see _INSERT_NOTIFY). Every reason code has its count: a code
+    without one is a KeyError, never a count silently lost."""
+    timings, counts = trace.timings, trace.counts
+    values: dict[str, Any] = {
+        "project_id": project_id,
+        "id": trace.id,
+        "subject_id": trace.subject_id,
+        "query": trace.query,
+        "budget_tokens": trace.budget_tokens,
+        "used_tokens": trace.used_tokens,
+        "status": trace.status.value,
+        "empty_reason": trace.empty_reason.value if trace.empty_reason else None,
+        "warnings": list(trace.warnings),
+        "created_at": trace.created_at,
+        "embed_ms": timings.embed_ms,
+        "retrieve_ms": timings.retrieve_ms,
+        "pack_ms": timings.pack_ms,
+        "total_ms": timings.total_ms,
+        "facts_served": trace.facts_served,
+        "episodes_served": trace.episodes_served,
+        "n_included": counts.included,
+        "n_excluded": counts.excluded,
+        "n_blocked": counts.blocked,
+        **{column: trace.reason_counts[code] for code, column in REASON_COLUMNS.items()},
+        "decisions": list(trace.decisions or ()),  # orjson writes a slotted dataclass as an object of its fields
+        "durable": durable,
+        "settings_id": trace.settings_id,
+        "as_of": trace.as_of,
+    }
+    persist_ms = await conn.fetchval(_INSERT_NOTIFY, *_P.args(values))
     return cast(float, persist_ms)
 
 

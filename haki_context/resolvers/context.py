@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 
 from ..core.auth import Caller, Scope
 from ..core.runtime import Runtime
+from ..core.trace_write import TraceWrite
 from .loaders import Loaders, build_loaders
 
 
 @dataclass(frozen=True)
-class TraceWrite:
+class PendingTrace:
     """A trace this request's `context` field started writing, and where that field answers."""
 
     path: tuple[str | int, ...]
-    written: asyncio.Future[float]
+    write: TraceWrite
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class RequestContext:
     caller: Caller
     loaders: Loaders
     # By trace id: writes the response waits for (schema.writes.AwaitTraceWrites).
-    trace_writes: dict[str, TraceWrite] = field(default_factory=dict)
+    trace_writes: dict[str, PendingTrace] = field(default_factory=dict)
 
     @property
     def project_id(self) -> str:

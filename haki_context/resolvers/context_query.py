@@ -7,7 +7,7 @@ from datetime import datetime
 from ..core import assembler, served, traces
 from ..core.models import ItemKind, Page
 from ..core.packet import ContextPacket, ContextTrace, TraceDecision, TraceTimings
-from .context import RequestContext, TraceWrite
+from .context import PendingTrace, RequestContext
 
 
 async def context(
@@ -29,7 +29,7 @@ async def context(
     async with ctx.rt.admission.slot():
         assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget, as_of=as_of)
     packet = assembly.packet
-    ctx.trace_writes[packet.trace.id] = TraceWrite(path, assembly.written)
+    ctx.trace_writes[packet.trace.id] = PendingTrace(path, assembly.write)
     # The decisions are in hand: a later `trace.decisions` of this request needs no query.
     ctx.loaders.decisions.prime(packet.trace.id, list(packet.trace.decisions or ()))
     return packet
@@ -37,11 +37,11 @@ async def context(
 
 async def timings(ctx: RequestContext, trace: ContextTrace) -> TraceTimings:
     """A trace's timings; for a trace this request is writing, once the write has committed."""
-    write = ctx.trace_writes.get(trace.id)
-    if write is None:
+    pending = ctx.trace_writes.get(trace.id)
+    if pending is None:
         return trace.timings
     try:
-        persist_ms = await write.written
+        persist_ms = await pending.write.committed()
     except Exception:  # reported once, for the whole response (schema.writes)
         return trace.timings
     return assembler.written_timings(trace.timings, persist_ms)
@@ -78,7 +78,9 @@ async def load_items(ctx: RequestContext, rows: list[TraceDecision], *, facts: b
 async def traces_page(
     ctx: RequestContext, subject_id: str | None, since: datetime | None, first: int | None, after: str | None
 ) -> Page[ContextTrace]:
-    return await traces.traces_page(ctx.rt, ctx.project_id, subject_id, since, first, after)
+    return await traces.traces_page(
+        ctx.rt, ctx.project_id, subject_id=subject_id, since=since, first=first, after=after
+    )
 
 
 async def stats(ctx: RequestContext, since: datetime | None) -> traces.StatsOverview:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from ..core import replay as core_replay
 from ..core import settings_records
 from ..core.settings_records import SettingsRecord
-from .context import RequestContext, TraceWrite
+from .context import PendingTrace, RequestContext
 
 
 async def replay(
     ctx: RequestContext,
     trace_id: str,
+    *,
     overrides: core_replay.ReplayOverrides | None,
     persist: bool,
     compare_with_now: bool,
@@ -24,7 +25,7 @@ async def replay(
         )
     if persist:
         packet = result.assembly.packet
-        ctx.trace_writes[packet.trace.id] = TraceWrite(path, result.assembly.written)
+        ctx.trace_writes[packet.trace.id] = PendingTrace(path, result.assembly.write)
         ctx.loaders.decisions.prime(packet.trace.id, list(packet.trace.decisions or ()))
     return result
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from graphql import FieldNode, GraphQLError, OperationDefinitionNode
+import strawberry
+from graphql import DocumentNode, FieldNode, GraphQLError, OperationDefinitionNode
 from strawberry.extensions import FieldExtension, SchemaExtension
 
 from .. import metrics, telemetry
+from ..core.packet import ContextTrace
 from .errors import attached_code, domain_error
 
 
@@ -49,7 +51,7 @@ class ObserveOperations(SchemaExtension):
         metrics.record_operation(fields.values(), codes)
 
 
-def _root_fields(document: Any, operation_name: str | None) -> dict[str, str]:
+def _root_fields(document: DocumentNode | None, operation_name: str | None) -> dict[str, str]:
     """The operation's root fields by response key (an alias, or the field's name)."""
     if document is None:
         return {}
@@ -78,7 +80,9 @@ class ObserveContext(FieldExtension):
     and, with tracing on, makes its spans. Recorded when the trace write ends, by a callback:
     the call waits for nothing more."""
 
-    async def resolve_async(self, next_: Callable[..., Awaitable[Any]], source: Any, info: Any, **kwargs: Any) -> Any:
+    async def resolve_async(
+        self, next_: Callable[..., Awaitable[Any]], source: Any, info: strawberry.Info, **kwargs: Any
+    ) -> Any:
         spans = telemetry.start_context_span(kwargs.get("budget"))
         try:
             packet = await next_(source, info, **kwargs)
@@ -87,14 +91,13 @@ class ObserveContext(FieldExtension):
                 spans.failed(exc)
             raise
         trace = packet.trace
-        write = info.context.trace_writes.get(trace.id)
-        if write is not None:
-            write.written.add_done_callback(lambda w: _written(trace, w, spans))
+        pending = info.context.trace_writes.get(trace.id)
+        if pending is not None:
+            pending.write.when_done(lambda persist_ms: _written(trace, persist_ms, spans))
         return packet
 
 
-def _written(trace: Any, write: Any, spans: telemetry.ContextSpans | None) -> None:
-    persist_ms = None if write.cancelled() or write.exception() is not None else write.result()
+def _written(trace: ContextTrace, persist_ms: float | None, spans: telemetry.ContextSpans | None) -> None:
     metrics.record_trace(trace.timings, persist_ms)
     if spans is not None:
         spans.written(trace.id, trace.timings, persist_ms)

@@ -1,7 +1,7 @@
 """Holding a response until the traces its `context` fields started writing have committed.
 
 A `context` resolver returns its packet as soon as the trace write is on the wire
-(core.assembler.start_assembly), so graphql-core completes the selection while the
+(core.assembler.start_assembly, core.trace_write.TraceWrite), so graphql-core completes the selection while the
 database writes; this extension then waits for every such write before the result
 leaves execution. A write that failed fails the whole response, as a failing resolver
 of the non-null `context` field would: no packet is ever served without its trace.
@@ -25,7 +25,7 @@ class AwaitTraceWrites(SchemaExtension):
         if not writes:
             return
         pending = list(writes.values())
-        outcomes = await asyncio.gather(*(w.written for w in pending), return_exceptions=True)
+        outcomes = await asyncio.gather(*(w.write.committed() for w in pending), return_exceptions=True)
         # A cancelled write (CancelledError is a BaseException, not an Exception) fails the
         # response like any other: graphql-core keeps whatever original_error it is given.
         errors = [
