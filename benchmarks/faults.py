@@ -105,6 +105,7 @@ async def _load(
     port: int,
     worker: int,
     stop: asyncio.Event,
+    *,
     run: FaultRun,
     acked: list[str],
     last_ok: list[float],
@@ -140,13 +141,18 @@ async def _load(
                 await asyncio.sleep(0.05)
 
 
-async def _measure(port: int, data_dir: Path, kills: int, workers: int, settle: float, max_outage: float) -> FaultRun:
+async def _measure(
+    port: int, data_dir: Path, *, kills: int, workers: int, settle: float, max_outage: float
+) -> FaultRun:
     run = FaultRun()
     acked: list[str] = []
     last_ok = [0.0] * workers
     last_fail = [0.0]
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(_load(port, w, stop, run, acked, last_ok, last_fail)) for w in range(workers)]
+    tasks = [
+        asyncio.create_task(_load(port, w, stop, run=run, acked=acked, last_ok=last_ok, last_fail=last_fail))
+        for w in range(workers)
+    ]
     try:
         await asyncio.sleep(settle)
         for _ in range(kills):
@@ -191,7 +197,7 @@ def measure(
     proc = start_server(data_dir, port, **settings)
     try:
         wait_ready(port, proc)
-        run = asyncio.run(_measure(port, data_dir, kills, workers, settle, max_outage))
+        run = asyncio.run(_measure(port, data_dir, kills=kills, workers=workers, settle=settle, max_outage=max_outage))
         run.stop_s, run.log = stop_server(proc)
         run.stop_s = round(run.stop_s, 3)
         run.stop_exit_code = proc.returncode

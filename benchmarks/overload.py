@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,7 +135,13 @@ async def missing_traces(rt: Runtime, ids: list[str]) -> int:
 
 
 async def serving(
-    dsn: str, cfg: Config, workdir: Path, overrides: dict[str, str], rt: Runtime, body: Any
+    dsn: str,
+    cfg: Config,
+    workdir: Path,
+    *,
+    overrides: dict[str, str],
+    rt: Runtime,
+    body: Callable[[Server], Awaitable[list[Run]]],
 ) -> list[dict[str, Any]]:
     """Start a server with `overrides`, run `body(server)` (a list of Runs), check their traces."""
     server = Server(dsn, Config(ns=cfg.ns, embedder=cfg.embedder, overrides=overrides), workdir)
@@ -206,7 +213,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                         runs.append(await load(server, Run("sweep", k, a.sweep_seconds), qs, a.budget, a.shed_pause))
                     return runs
 
-                result["sweep"] = await serving(dsn, cfg, workdir, OFF, rt, sweep)
+                result["sweep"] = await serving(dsn, cfg, workdir, overrides=OFF, rt=rt, body=sweep)
                 base = saturating(result["sweep"], a.growth) * a.factor
             result["overload_clients"] = base
             result["overload"] = []
@@ -216,7 +223,7 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
                 async def overload(server: Server, label: str = label) -> list[Run]:
                     return [await load(server, Run(label, base, a.seconds), qs, a.budget, a.shed_pause)]
 
-                result["overload"] += await serving(dsn, cfg, workdir, overrides, rt, overload)
+                result["overload"] += await serving(dsn, cfg, workdir, overrides=overrides, rt=rt, body=overload)
     finally:
         if pg is not None:
             await asyncio.to_thread(pg.close)

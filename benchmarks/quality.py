@@ -216,7 +216,7 @@ class MemoEncoder:
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         started = time.perf_counter()
-        out = self.inner.encode(texts)
+        out: np.ndarray = self.inner.encode(texts)
         self.encode_s += time.perf_counter() - started
         self.encoded += len(texts)
         return out
@@ -260,7 +260,8 @@ class Client:
         body = response.json()
         if body.get("errors"):
             raise RuntimeError(f"GraphQL error: {body['errors']}")
-        return body["data"]
+        data: dict[str, Any] = body["data"]
+        return data
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -375,6 +376,7 @@ def served_turns(packet: dict[str, Any], ingested: Ingested) -> tuple[list[str],
 async def ask(
     client: Client,
     conv: Conversation,
+    *,
     ingested: Ingested,
     mode: str,
     budget: int,
@@ -483,7 +485,11 @@ def build_settings(base_url: str | None, overrides: dict[str, str]) -> Settings:
 async def run(config: Config) -> list[dict[str, Any]]:
     """Measure every variant; returns their reports (and writes them unless `out_dir` is None)."""
     wall = time.perf_counter()
-    say = (lambda *a: None) if config.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+
+    def say(*parts: object) -> None:
+        if not config.quiet:
+            print(*parts, file=sys.stderr, flush=True)
+
     variants = config.runs()
     for v in variants[1:]:
         differing = {k for k in WRITE_TIME_SETTINGS if v.overrides.get(k) != variants[0].overrides.get(k)}
@@ -548,20 +554,28 @@ async def run(config: Config) -> list[dict[str, Any]]:
                     for conv in conversations:
                         bm25, dense, rrf = refs[conv.id]
                         answers += await ask(
-                            client, conv, ingested[(mode, conv.id)], mode, budget, bm25, dense, rrf, qvectors
+                            client,
+                            conv,
+                            ingested=ingested[(mode, conv.id)],
+                            mode=mode,
+                            budget=budget,
+                            bm25=bm25,
+                            dense=dense,
+                            rrf=rrf,
+                            vectors=qvectors,
                         )
             await client.aclose()
             questions_s = round(time.perf_counter() - v_started, 2)
             report = _report(
                 config,
                 variant,
-                settings,
-                conversations,
-                answers,
-                rt.embedder.name,
-                {**timings, "questions_s": questions_s},
-                embed_ms,
-                ingested,
+                settings=settings,
+                conversations=conversations,
+                answers=answers,
+                embedder_name=rt.embedder.name,
+                timings={**timings, "questions_s": questions_s},
+                embed_ms=embed_ms,
+                ingested=ingested,
             )
             report["wall_s"] = round(time.perf_counter() - wall, 2)
             reports.append(report)
@@ -577,6 +591,7 @@ async def run(config: Config) -> list[dict[str, Any]]:
 def _report(
     config: Config,
     variant: Variant,
+    *,
     settings: Settings,
     conversations: list[Conversation],
     answers: list[Answer],

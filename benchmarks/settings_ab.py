@@ -47,7 +47,7 @@ def _pairs(text: str) -> dict[str, str]:
 
 
 async def compare(
-    dsn: str, baseline: dict[str, str], current: dict[str, str], pairs: int, selection: str, budget: int
+    dsn: str, *, baseline: dict[str, str], current: dict[str, str], pairs: int, selection: str, budget: int
 ) -> dict[str, Any]:
     """Interleaved calls to both servers; per side p50 / p95 ms, and the per-pair difference."""
     query = AGENT_QUERY if selection == "agent" else DEBUG_QUERY
@@ -104,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=900)
     a = p.parse_args(argv)
     result = asyncio.run(
-        compare(a.database_url, _pairs(a.baseline_set), _pairs(a.current_set), a.pairs, a.selection, a.budget)
+        compare(
+            a.database_url,
+            baseline=_pairs(a.baseline_set),
+            current=_pairs(a.current_set),
+            pairs=a.pairs,
+            selection=a.selection,
+            budget=a.budget,
+        )
     )
     print(json.dumps(result))
     return 0

@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from haki_context.core.models import ReasonCode
 from haki_context.core.packet import ContextTrace
 from haki_context.core.records import decision_from_row, trace_from_row
 from haki_context.db import traces as db
@@ -38,7 +39,8 @@ def arguments(project_id: str, t: ContextTrace) -> list[Any]:
         t.empty_reason.value if t.empty_reason else None, list(t.warnings), t.created_at,
         t.timings.embed_ms, t.timings.retrieve_ms, t.timings.pack_ms, t.timings.total_ms,
         t.facts_served, t.episodes_served, t.counts.included, t.counts.excluded, t.counts.blocked,
-        *[t.reason_counts.get(code, 0) for code in db.REASON_COLUMNS], list(t.decisions or ()), False,
+        *[t.reason_counts[ReasonCode(code)] for code in db.REASON_COLUMNS], list(t.decisions or ()), False,
+        t.settings_id, t.as_of,
     ]  # fmt: skip
 
 

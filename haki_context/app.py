@@ -385,7 +385,7 @@ async def _apply_migrations(dsn: str) -> None:
     if not pending:
         log.info("the database schema is up to date")
         return
-    log.info("applying %d migration(s): %s", len(pending), ", ".join(pending))
+    log.info("applying %s", migrate.summary(pending))  # a first start has every one: not listed by name
     await migrate.apply(dsn)
 
 

@@ -283,7 +283,15 @@ async def _keys(settings: Settings, args: argparse.Namespace) -> int:
             if args.keys_command == "create":
                 scopes = sorted(_scopes(args.scope or list(DEFAULT_SCOPES)))
                 new = core_keys.generate()
-                await db_keys.insert_key(conn, args.project, new.key_id, new.key_hash, new.prefix, args.name, scopes)
+                await db_keys.insert_key(
+                    conn,
+                    args.project,
+                    key_id=new.key_id,
+                    key_hash=new.key_hash,
+                    prefix=new.prefix,
+                    name=args.name,
+                    scopes=scopes,
+                )
                 print(
                     f"created key {new.key_id} for project {args.project!r} with scopes {','.join(scopes)}"
                     " (shown once; store it now):"

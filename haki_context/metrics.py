@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -65,7 +66,20 @@ DATABASE_RESTARTS = Counter(
 )
 
 
-def record_trace(timings: Any, persist_ms: float | None) -> None:
+class PhaseTimings(Protocol):
+    """What record_trace reads of a trace's timings (core.packet.TraceTimings), in ms."""
+
+    @property
+    def embed_ms(self) -> float: ...
+    @property
+    def retrieve_ms(self) -> float: ...
+    @property
+    def pack_ms(self) -> float: ...
+    @property
+    def total_ms(self) -> float: ...
+
+
+def record_trace(timings: PhaseTimings, persist_ms: float | None) -> None:
     """Count one context call's trace: written with its phases' durations, or failed (None)."""
     if persist_ms is None:
         TRACES_FAILED.inc()
@@ -110,7 +124,7 @@ class RestartLines(logging.Filter):
 class _AppGauges(Collector):
     """The gauges read from one app's state when scraped."""
 
-    def __init__(self, state: Any, database_up: bool | None) -> None:
+    def __init__(self, state: State, database_up: bool | None) -> None:
         self._state = state
         self._database_up = database_up
 
@@ -147,7 +161,7 @@ class _AppGauges(Collector):
             )
 
 
-async def _database_up(state: Any) -> bool | None:
+async def _database_up(state: State) -> bool | None:
     """What /readyz says of the database: the supervisor's state, else a ping within 1 s."""
     rt = getattr(state, "runtime", None)
     if rt is None:
@@ -164,7 +178,7 @@ async def _database_up(state: Any) -> bool | None:
     return True
 
 
-def exposition(state: Any, database_up: bool | None) -> bytes:
+def exposition(state: State, database_up: bool | None) -> bytes:
     """The Prometheus text of the process's counters and `state`'s gauges."""
     gauges = CollectorRegistry(auto_describe=False)
     gauges.register(_AppGauges(state, database_up))

@@ -17,10 +17,13 @@ import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from .settings import is_loopback
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 PREFIX = "haki-context: error: "
 
@@ -84,7 +87,7 @@ def error_line(
     return None
 
 
-def _validation_what(exc: Any, flags: Mapping[str, str]) -> str:
+def _validation_what(exc: ValidationError, flags: Mapping[str, str]) -> str:
     """`invalid setting HAKI_PORT='abc': input should be ... (HAKI_PORT)` for each bad value,
     `invalid flag --port=99999: ... (--port)` for a value a flag gave."""
     parts: list[str] = []

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .settings import OtelExporter
 
@@ -72,6 +72,17 @@ def tracer() -> Tracer | None:
     return _tracer
 
 
+class PhaseTimings(Protocol):
+    """What ContextSpans.written reads of a trace's timings (core.packet.TraceTimings), in ms."""
+
+    @property
+    def embed_ms(self) -> float: ...
+    @property
+    def retrieve_ms(self) -> float: ...
+    @property
+    def pack_ms(self) -> float: ...
+
+
 class ContextSpans:
     """The spans of one `context` call: opened when the call starts, its phases added from the
     trace's timings once the trace is written (they are laid end to end from the call's start:
@@ -83,7 +94,7 @@ class ContextSpans:
         self._span = span
         self._start_ns = time.time_ns()
 
-    def written(self, trace_id: str, timings: Any, persist_ms: float | None) -> None:
+    def written(self, trace_id: str, timings: PhaseTimings, persist_ms: float | None) -> None:
         """End the call's span, with its phases' children (None: the write failed)."""
         from opentelemetry import trace
         from opentelemetry.trace import Status, StatusCode
@@ -144,7 +155,7 @@ class TracingMiddleware:
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         status: dict[str, int] = {}
 
-        async def send_status(message: Any) -> None:
+        async def send_status(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)

@@ -150,13 +150,15 @@ class GraphQLClient:
         """The response body; fails the test on any GraphQL error."""
         body = (await self.post(query, variables, **headers)).json()
         assert not body.get("errors"), body["errors"]
-        return body["data"]
+        data: dict[str, Any] = body["data"]
+        return data
 
     async def error(self, query: str, variables: dict[str, Any] | None = None, **headers: str) -> dict[str, Any]:
         """The first error of a response that must fail."""
         body = (await self.post(query, variables, **headers)).json()
         assert body.get("errors"), f"expected an error, got {body}"
-        return body["errors"][0]
+        error: dict[str, Any] = body["errors"][0]
+        return error
 
 
 def client_for(rt: Runtime, settings: Settings | None = None) -> GraphQLClient:
@@ -192,7 +194,9 @@ async def new_project_key(rt: Runtime, project_id: str) -> str:
 
     new = keys.generate()
     async with rt.pool.acquire() as conn:
-        await db_keys.insert_key(conn, project_id, new.key_id, new.key_hash, new.prefix, None)
+        await db_keys.insert_key(
+            conn, project_id, key_id=new.key_id, key_hash=new.key_hash, prefix=new.prefix, name=None
+        )
     return new.plain
 
 

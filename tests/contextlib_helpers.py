@@ -37,7 +37,8 @@ async def assert_fact(client: GraphQLClient, subject: str, predicate: str, value
         "mutation($i: FactInput!) { assertFact(input: $i) { outcome fact { id } conflict { id } } }",
         {"i": {"subjectId": subject, "predicate": predicate, "value": value, **extra}},
     )
-    return data["assertFact"]
+    outcome: dict[str, Any] = data["assertFact"]
+    return outcome
 
 
 async def context(
@@ -48,7 +49,8 @@ async def context(
         f"query($s: String!, $q: String!, $b: Int) {{ context(subjectId: $s, query: $q, budget: $b) {{ {selection} }} }}",
         {"s": subject, "q": query, "b": budget},
     )
-    return data["context"]
+    packet: dict[str, Any] = data["context"]
+    return packet
 
 
 def decisions(packet: dict[str, Any], **match: Any) -> list[dict[str, Any]]:

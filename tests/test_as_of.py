@@ -29,7 +29,8 @@ query($s: String!, $q: String!, $at: DateTime) {
 async def at(client: GraphQLClient, subject: str, query: str, instant: datetime | str | None) -> dict[str, Any]:
     when = instant.isoformat() if isinstance(instant, datetime) else instant
     data = await client.execute(AS_OF, {"s": subject, "q": query, "at": when})
-    return data["context"]
+    packet: dict[str, Any] = data["context"]
+    return packet
 
 
 def values(packet: dict[str, Any]) -> list[Any]:

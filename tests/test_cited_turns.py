@@ -17,7 +17,7 @@ from haki_context.core.packet import TraceDecision
 from haki_context.core.packing import pack_merged, pack_section
 from haki_context.core.replay_diff import ChangeKind, ItemChange
 from haki_context.core.runtime import Runtime
-from haki_context.settings import Settings
+from haki_context.settings import RankingProfile, Settings
 
 # (name, score, tokens, cited events) for facts; (name, score, tokens, whole turn's event) for turns.
 FACTS = [("f1", 0.9, 4, ("e1",)), ("f2", 0.3, 4, ("e3",))]
@@ -27,7 +27,9 @@ TURNS = [("t1", 0.8, 4, "e1"), ("t2", 0.6, 4, "e2"), ("t3", 0.4, 4, "e3")]
 Item = tuple[str, float, int, Any]  # (name, score, tokens, cited events or the whole turn's event)
 
 
-def _pack(budget: int, facts: list[Item] = FACTS, turns: list[Item] = TURNS, **flags: bool) -> tuple[Any, Any]:
+def _pack(
+    budget: int, facts: list[Item] = FACTS, turns: list[Item] = TURNS, *, skip_restated: bool = False
+) -> tuple[Any, Any]:
     """Facts and turns packed as one ranking, each item's citations as given."""
     return pack_merged(
         facts,
@@ -38,7 +40,7 @@ def _pack(budget: int, facts: list[Item] = FACTS, turns: list[Item] = TURNS, **f
         included=ReasonCode.TOP_SCORE,
         cites=lambda f: f[3],
         cited_as=lambda t: t[3],
-        **flags,
+        skip_restated=skip_restated,
     )
 
 
@@ -80,7 +82,12 @@ def test_a_chunk_that_is_not_a_whole_turn_is_never_left_out_for_a_citation() -> 
 def test_with_sections_a_turn_cited_by_any_served_fact_is_left_out_and_the_gate_comes_first() -> None:
     served = {"e1"}
     section = pack_section(
-        TURNS, lambda i: i[2], 100, ReasonCode.TOP_SCORE, lambda t: t[0] == "t2", lambda t: t[3] in served
+        TURNS,
+        cost=lambda i: i[2],
+        budget_left=100,
+        included=ReasonCode.TOP_SCORE,
+        gated=lambda t: t[0] == "t2",
+        cited=lambda t: t[3] in served,
     )
     assert [(v.item[0], v.reason) for v in section.verdicts] == [
         ("t1", ReasonCode.CITED_BY_FACT),
@@ -90,7 +97,7 @@ def test_with_sections_a_turn_cited_by_any_served_fact_is_left_out_and_the_gate_
 
 
 def test_on_by_default_and_off_in_the_classic_profile() -> None:
-    assert Settings().skip_cited_turns and not Settings(ranking_profile="classic").skip_cited_turns
+    assert Settings().skip_cited_turns and not Settings(ranking_profile=RankingProfile.CLASSIC).skip_cited_turns
 
 
 def test_a_record_made_before_the_rule_replays_without_it_under_the_same_record() -> None:
@@ -104,7 +111,7 @@ def test_a_record_made_before_the_rule_replays_without_it_under_the_same_record(
     replayed = settings_records.settings_with(Settings(), before)
     assert not replayed.skip_cited_turns
     assert settings_records.make_record(replayed, "m", "s").body == body
-    classic = settings_records.make_record(Settings(ranking_profile="classic"), "m", "s")
+    classic = settings_records.make_record(Settings(ranking_profile=RankingProfile.CLASSIC), "m", "s")
     assert "skip_cited_turns" not in classic.settings
 
 
@@ -286,7 +293,9 @@ async def test_with_the_rule_on_a_fact_whose_turn_is_served_above_it_is_left_out
 async def test_by_default_and_in_classic_a_fact_whose_turn_is_served_is_kept(
     runtime: Runtime, migrated: str, client: GraphQLClient, subject: str
 ) -> None:
-    assert not Settings().skip_restated_facts and not Settings(ranking_profile="classic").skip_restated_facts
+    assert (
+        not Settings().skip_restated_facts and not Settings(ranking_profile=RankingProfile.CLASSIC).skip_restated_facts
+    )
     (turn,) = await record(client, subject, [TURN])
     fact = (await assert_fact(client, subject, "pet", "a dog named Rex", sourceEventIds=[turn]))["fact"]["id"]
     for changes in ({}, {"ranking_profile": "classic"}):

@@ -134,8 +134,7 @@ def test_a_data_dir_that_is_not_writable(scratch: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(os, "access", access_as_a_user)
     with pytest.raises(StartupError) as raised:
         embedded.check_data_dir(data_dir)
-    line = error_line(raised.value)
-    assert line == (
+    assert error_line(raised.value) == (
         f"haki-context: error: the data directory {data_dir} cannot be created: {read_only} is not writable"
         " (HAKI_DATA_DIR)"
     )
@@ -186,7 +185,8 @@ def test_a_model_cache_that_is_a_file(scratch: Path, args: list[str]) -> None:
 def test_a_bad_setting_value_names_the_variable_and_what_is_allowed(
     env: dict[str, str], name: str, allowed: str, command: str
 ) -> None:
-    line = assert_one_error_line(run_cli(command, **env), name, allowed)
+    line = assert_one_error_line(run_cli(command, user=None, **env), name, allowed)
+
     assert line.endswith(f"({name})")
 
 

@@ -57,7 +57,8 @@ async def test_concurrent_supersede_leaves_one_active_fact_and_one_chain(client:
     (head,) = active
     assert head["supersededBy"] is None and head["version"] == 1 and head["validTo"] is None
 
-    successors = Counter()
+    successors: Counter[str] = Counter()
+
     for fact in facts.values():
         if fact["status"] == "SUPERSEDED":
             assert fact["version"] == 2

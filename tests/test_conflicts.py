@@ -35,19 +35,23 @@ async def assert_fact(client: GraphQLClient, subject: str, predicate: str, value
     data = await client.execute(
         ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": value, **extra}}
     )
-    return data["assertFact"]
+    outcome: dict[str, Any] = data["assertFact"]
+    return outcome
 
 
 async def new_fact(client: GraphQLClient, subject: str, predicate: str, value: Any = "v") -> dict[str, Any]:
-    return (await assert_fact(client, subject, predicate, value, mode="ADD"))["fact"]
+    fact: dict[str, Any] = (await assert_fact(client, subject, predicate, value, mode="ADD"))["fact"]
+    return fact
 
 
 async def read_fact(client: GraphQLClient, fact_id: str) -> dict[str, Any]:
-    return (await client.execute(READ, {"id": fact_id}))["fact"]
+    fact: dict[str, Any] = (await client.execute(READ, {"id": fact_id}))["fact"]
+    return fact
 
 
 async def open_set(client: GraphQLClient, ids: list[str], reason: str | None = None) -> dict[str, Any]:
-    return (await client.execute(OPEN, {"ids": ids, "reason": reason}))["openConflict"]
+    conflict: dict[str, Any] = (await client.execute(OPEN, {"ids": ids, "reason": reason}))["openConflict"]
+    return conflict
 
 
 def ids_of(facts: list[dict[str, Any]]) -> list[str]:

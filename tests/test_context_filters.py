@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, context, decisions
@@ -12,7 +13,8 @@ def _iso(delta_days: float) -> str:
     return (datetime.now(UTC) + timedelta(days=delta_days)).isoformat()
 
 
-def served(packet: dict) -> set[str]:
+def served(packet: dict[str, Any]) -> set[str]:
+
     return {f["predicate"] for f in packet["facts"]}
 
 

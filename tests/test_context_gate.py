@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, record, with_settings
@@ -10,7 +12,8 @@ from haki_context.core.runtime import Runtime
 
 
 @pytest.fixture
-async def gated(runtime: Runtime):
+async def gated(runtime: Runtime) -> AsyncIterator[GraphQLClient]:
+
     c = client_for(with_settings(runtime, recall_max_distance=0.5))
     yield c
     await c.http.aclose()

@@ -176,7 +176,9 @@ async def test_the_response_waits_for_a_slow_trace_write(runtime: Runtime, clien
 async def test_trace_of_another_project_is_null(runtime: Runtime, client: GraphQLClient, subject: str) -> None:
     new = keys.generate()
     async with runtime.pool.acquire() as conn:
-        await db_keys.insert_key(conn, f"other-{subject}", new.key_id, new.key_hash, new.prefix, None)
+        await db_keys.insert_key(
+            conn, f"other-{subject}", key_id=new.key_id, key_hash=new.key_hash, prefix=new.prefix, name=None
+        )
     other = client_for(runtime)
     try:
         await assert_fact(client, subject, "a", "one")

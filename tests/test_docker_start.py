@@ -124,7 +124,8 @@ def test_dockerignore_keeps_local_state_out_of_the_image() -> None:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 async def wait_ready(base: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 90.0) -> None:
@@ -163,7 +164,9 @@ async def test_image_start_command_serves_against_haki_database_url(migrated: st
         project = f"docker-{uuid.uuid4().hex[:8]}"
         conn = await asyncpg.connect(migrated)
         try:
-            await db_keys.insert_key(conn, project, new.key_id, new.key_hash, new.prefix, "docker test")
+            await db_keys.insert_key(
+                conn, project, key_id=new.key_id, key_hash=new.key_hash, prefix=new.prefix, name="docker test"
+            )
         finally:
             await conn.close()
 

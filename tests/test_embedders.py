@@ -26,6 +26,7 @@ from haki_context.core.embedder import (
     OnnxMiniLMEncoder,
     build_encoder,
     file_sha256,
+    packaged_model_dir,
     read_manifest,
 )
 from haki_context.core.runtime import open_pool
@@ -208,7 +209,8 @@ def test_the_onnx_fp32_provider_builds_its_export_once_and_agrees_with_torch(
     assert encoder.name == "onnx-fp32/all-MiniLM-L6-v2" and encoder.space == "all-MiniLM-L6-v2/384"
     assert float(cosines(torch_encoder.encode(SENTENCES), encoder.encode(SENTENCES)).min()) >= 0.9999
     (built,) = tmp_path.iterdir()
-    digest = model_build.weights_digest(model_build.packaged_model_dir())
+    digest = model_build.weights_digest(packaged_model_dir())
+
     assert built.name == f"all-MiniLM-L6-v2-{digest}-fp32-opset{model_build.OPSET}.onnx"
     stamp = built.stat().st_mtime_ns
     build_encoder("onnx-fp32", model_cache=tmp_path)  # a second start reuses the file

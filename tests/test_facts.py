@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -33,11 +33,13 @@ async def assert_fact(client: GraphQLClient, subject: str, predicate: str, value
     data = await client.execute(
         ASSERT, {"input": {"subjectId": subject, "predicate": predicate, "value": value, **extra}}
     )
-    return data["assertFact"]
+    outcome: dict[str, Any] = data["assertFact"]
+    return outcome
 
 
 async def read_fact(client: GraphQLClient, fact_id: str) -> dict[str, Any]:
-    return (await client.execute(READ, {"id": fact_id}))["fact"]
+    fact: dict[str, Any] = (await client.execute(READ, {"id": fact_id}))["fact"]
+    return fact
 
 
 async def record_event(client: GraphQLClient, subject: str, text: str = "hello") -> str:
@@ -45,7 +47,8 @@ async def record_event(client: GraphQLClient, subject: str, text: str = "hello")
         'mutation($s: String!, $p: JSON!) { recordEvent(input: {subjectId: $s, kind: "note", payload: $p}) { id } }',
         {"s": subject, "p": {"text": text}},
     )
-    return data["recordEvent"]["id"]
+    event_id: str = data["recordEvent"]["id"]
+    return event_id
 
 
 def when(text: str) -> datetime:
@@ -66,7 +69,7 @@ async def test_first_assertion_creates_an_active_fact(client: GraphQLClient, sub
     assert fact["confidence"] == 0.8 and fact["volatility"] == "SLOW"
     assert fact["lastReinforcedAt"] is None and fact["supersededBy"] is None
     assert when(fact["recordedAt"]) >= before
-    assert when(fact["recordedAt"]).utcoffset().total_seconds() == 0  # emitted in UTC with an offset
+    assert when(fact["recordedAt"]).utcoffset() == timedelta(0)  # emitted in UTC with an offset
     assert await read_fact(client, fact["id"]) == fact
 
 

@@ -41,7 +41,9 @@ async def project_key(rt: Runtime, project_id: str, scopes: tuple[str, ...]) -> 
     """A new key of `project_id` with `scopes`: (plain key, key id)."""
     new = keys.generate()
     async with rt.pool.acquire() as conn:
-        await db_keys.insert_key(conn, project_id, new.key_id, new.key_hash, new.prefix, None, scopes)
+        await db_keys.insert_key(
+            conn, project_id, key_id=new.key_id, key_hash=new.key_hash, prefix=new.prefix, name=None, scopes=scopes
+        )
     return new.plain, new.key_id
 
 

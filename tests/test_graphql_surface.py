@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import replace
+from typing import Any, cast
 
 import asyncpg
 from conftest import GraphQLClient, client_for
@@ -40,7 +42,9 @@ async def test_more_than_fifteen_aliases_is_query_too_complex(client: GraphQLCli
 
 
 async def test_a_repeated_document_is_validated_once(client: GraphQLClient, subject: str) -> None:
-    validate = _get_validate_cache(256)  # the LRU the schema's ValidationCache(maxsize=256) shares
+    # The LRU the schema's ValidationCache(maxsize=256) shares (typed as the function it wraps).
+    validate = cast("functools._lru_cache_wrapper[Any]", _get_validate_cache(256))
+
     query = "query Again($s: String!, $q: String!) { context(subjectId: $s, query: $q) { traceId } }"
     await client.execute(query, {"s": subject, "q": "first question"})
     before = validate.cache_info()

@@ -25,14 +25,16 @@ FACT = "id status recordedAt endedAt endReason supersededBy { id recordedAt } va
 
 async def fact(client: GraphQLClient, fact_id: str) -> dict[str, Any]:
     data = await client.execute(f"query($id: ID!) {{ fact(id: $id) {{ {FACT} }} }}", {"id": fact_id})
-    return data["fact"]
+    read: dict[str, Any] = data["fact"]
+    return read
 
 
 async def retract(client: GraphQLClient, fact_id: str) -> dict[str, Any]:
     data = await client.execute(
         f'mutation($id: ID!) {{ retractFact(id: $id, reason: "wrong") {{ {FACT} }} }}', {"id": fact_id}
     )
-    return data["retractFact"]
+    retracted: dict[str, Any] = data["retractFact"]
+    return retracted
 
 
 def at(value: str) -> datetime:

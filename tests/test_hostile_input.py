@@ -44,6 +44,7 @@ def assert_bad_request(response: httpx.Response, status: int = 400, code: str = 
     assert response.headers["content-type"].startswith("application/json"), response.text[:300]
     body = response.json()
     assert body["data"] is None, body
+    error: dict[str, Any]
     (error,) = body["errors"]
     assert set(error) == {"message", "extensions"}, error
     assert error["extensions"]["code"] == code, error
@@ -57,8 +58,9 @@ def assert_invalid(response: httpx.Response, field: str) -> dict[str, Any]:
     assert body.get("errors"), body
     codes = [e["extensions"]["code"] for e in body["errors"]]
     assert "INTERNAL" not in codes, body
-    error = body["errors"][0]
+    error: dict[str, Any] = body["errors"][0]
     assert error["extensions"]["code"] == "INVALID_INPUT", body
+
     assert error["extensions"].get("field") == field, body
     return error
 

@@ -38,7 +38,7 @@ def check_error(body: dict[str, Any], code: str) -> dict[str, Any]:
         text = json.dumps(error)
         for marker in LEAK_MARKERS:
             assert marker not in text, f"{marker!r} leaked in {text}"
-    first = body["errors"][0]
+    first: dict[str, Any] = body["errors"][0]
     assert first["extensions"]["code"] == code, body
     return first
 
@@ -59,7 +59,8 @@ def fact(subject: str, **fields: Any) -> dict[str, Any]:
 
 async def new_fact_id(client: GraphQLClient, subject: str, predicate: str = "p") -> str:
     data = await client.execute(ASSERT, fact(subject, predicate=predicate, mode="ADD"))
-    return data["assertFact"]["fact"]["id"]
+    fact_id: str = data["assertFact"]["fact"]["id"]
+    return fact_id
 
 
 # ---------------------------------------------------------------- lengths

@@ -54,7 +54,9 @@ async def scoped(rt: Runtime, *scopes: str, project_id: str | None = None) -> Pr
     project_id = project_id or f"project-{uuid.uuid4().hex[:12]}"
     new = keys.generate()
     async with rt.pool.acquire() as conn:
-        await db_keys.insert_key(conn, project_id, new.key_id, new.key_hash, new.prefix, None, scopes)
+        await db_keys.insert_key(
+            conn, project_id, key_id=new.key_id, key_hash=new.key_hash, prefix=new.prefix, name=None, scopes=scopes
+        )
     base = client_for(rt, make_settings(rt.settings.database_url or "", dev_mode=False))
     return ProjectClient(base.http, new.plain, project_id)
 

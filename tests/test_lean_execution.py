@@ -145,10 +145,12 @@ async def test_plain_leaf_fields_skip_the_general_path(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(StrawberryGraphQLCoreExecutionContext, "execute_field", counting)
     result = await _schema(LeanExecutionContext).execute("{ items { name count colour at maybe tags shout } }")
-    assert result.errors is None and len(result.data["items"]) == 2
+    assert result.errors is None and result.data is not None and len(result.data["items"]) == 2
     # the root list, then per item: a list (`tags`) and a resolver (`shout`); leaves never
     assert general == ["items", "tags", "shout", "tags", "shout"]
     general.clear()
     result = await _schema(LeanExecutionContext).execute("{ items { part { label weight } parts { label } } }")
-    assert result.errors is None and result.data["items"][0]["parts"] == [{"label": "q"}, {"label": "r"}]
+    assert result.errors is None and result.data is not None
+    assert result.data["items"][0]["parts"] == [{"label": "q"}, {"label": "r"}]
+
     assert general == ["items", "part", "parts", "part", "parts"]  # a nested object's leaves never either

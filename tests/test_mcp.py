@@ -46,8 +46,9 @@ Connect = Callable[[str], AbstractAsyncContextManager[Client]]
 def data(result: CallToolResult) -> dict[str, Any]:
     """A successful tool result's structured content."""
     assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
 
 
 def error(result: CallToolResult) -> dict[str, Any]:
@@ -339,10 +340,10 @@ async def scoped_key(rt: Runtime, *scopes: str) -> str:
         await db_keys.insert_key(
             conn,
             f"project-{uuid.uuid4().hex[:12]}",
-            new.key_id,
-            new.key_hash,
-            new.prefix,
-            None,
+            key_id=new.key_id,
+            key_hash=new.key_hash,
+            prefix=new.prefix,
+            name=None,
             scopes=list(scopes),
         )
     return new.plain

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ import pytest
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, record
 
+from haki_context.app import _apply_migrations
 from haki_context.core.runtime import Runtime
 from haki_context.db import migrate
 
@@ -72,6 +74,27 @@ async def test_a_fresh_database_gets_every_migration_in_order(fresh_db: str) -> 
         await conn.close()
     assert await migrate.apply(fresh_db) == expected
     assert await migrate.apply(fresh_db) == []
+
+
+def test_a_list_of_migrations_is_summed_up_by_its_count_and_ends() -> None:
+    assert migrate.summary(["0001_core.sql"]) == "1 migration (0001_core)"
+    assert migrate.summary(["0015_a.sql", "0016_b.sql"]) == "2 migrations (0015_a, 0016_b)"
+    assert migrate.summary(["0001_a.sql", "0002_b.sql", "0003_c.sql"]) == "3 migrations (0001_a .. 0003_c)"
+
+
+async def test_the_first_start_logs_one_short_line_for_every_migration(
+    fresh_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = [name.removesuffix(".sql") for name, _ in migrate.available()]
+    with caplog.at_level(logging.INFO, logger="haki_context"):
+        await _apply_migrations(fresh_db)
+    lines = [r.getMessage() for r in caplog.records if r.name == "haki_context"]
+    assert lines == [f"applying {len(names)} migrations ({names[0]} .. {names[-1]})"]
+    assert len(lines[0]) < 100
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="haki_context"):
+        await _apply_migrations(fresh_db)
+    assert [r.getMessage() for r in caplog.records if r.name == "haki_context"] == ["the database schema is up to date"]
 
 
 async def test_concurrent_migrations_apply_each_file_once(fresh_db: str) -> None:
@@ -395,8 +418,9 @@ async def test_history_migration_dates_what_the_previous_version_kept_and_leaves
         # The validTo each superseded fact had while ACTIVE: kept where the cut left it, else open-ended.
         while_active = {name: r["active_valid_to"] for name, r in zip(_names(rows, ids), rows, strict=True)}
         assert {n: while_active[n] for n in "BDG"} == {"B": None, "D": None, "G": noon}
-        reinforced = {name: r["reinforced_at"] for name, r in zip(_names(rows, ids), rows, strict=True)}
-        assert reinforced == {name: ([t[4]] if name == "A" else []) for name in ids}
+        reinforcements = {name: r["reinforced_at"] for name, r in zip(_names(rows, ids), rows, strict=True)}
+        assert reinforcements == {name: ([t[4]] if name == "A" else []) for name in ids}
+
         joined = await conn.fetch("SELECT conflict_id, fact_id, added_at FROM conflict_members")
         added = {
             (

@@ -10,7 +10,7 @@ from contextlib_helpers import context, decisions
 
 from haki_context.core.runtime import Runtime
 from haki_context.core.temporal import DateCue, date_cue
-from haki_context.settings import Settings
+from haki_context.settings import RankingProfile, Settings
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_a_named_day_matches_within_a_few_days_and_a_month_any_of_its_days() -> 
 
 
 def test_the_cues_are_on_by_default_and_off_in_classic() -> None:
-    s, classic = Settings(), Settings(ranking_profile="classic")
+    s, classic = Settings(), Settings(ranking_profile=RankingProfile.CLASSIC)
     assert s.date_boost > 0 and s.neighbour_weight > 0
     assert classic.date_boost == 0 and classic.neighbour_weight == 0
 

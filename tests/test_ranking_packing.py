@@ -8,7 +8,7 @@ from contextlib_helpers import assert_fact, context, decisions, record
 from haki_context.core.models import Decision, ReasonCode
 from haki_context.core.packing import pack_merged
 from haki_context.core.runtime import Runtime
-from haki_context.settings import Packing, Settings
+from haki_context.settings import Packing, RankingProfile, Settings
 
 
 def test_merged_packing_takes_items_of_both_kinds_by_decreasing_score() -> None:
@@ -49,7 +49,7 @@ def test_merged_packing_serves_a_fact_before_an_episode_of_the_same_score() -> N
 
 def test_facts_share_one_ranking_with_episodes_by_default_and_come_first_in_classic() -> None:
     assert Settings().packing is Packing.MERGED
-    assert Settings(ranking_profile="classic").packing is Packing.SECTIONS
+    assert Settings(ranking_profile=RankingProfile.CLASSIC).packing is Packing.SECTIONS
 
 
 async def _crowded(runtime: Runtime, migrated: str, subject: str, packing: str) -> dict:  # type: ignore[type-arg]

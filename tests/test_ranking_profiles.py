@@ -15,7 +15,7 @@ from haki_context.settings import EpisodeRanking, ExcerptFormat, FullTextRank, P
 
 
 def test_the_classic_profile_sets_the_plain_ranking_without_cues() -> None:
-    s = Settings(ranking_profile="classic")
+    s = Settings(ranking_profile=RankingProfile.CLASSIC)
     assert s.episode_ranking is EpisodeRanking.COSINE
     assert (s.episode_top_k, s.episode_max_k, s.episode_text_k) == (8, 8, 0)
     assert s.episode_excerpt_format is ExcerptFormat.JSON
@@ -31,7 +31,7 @@ def test_seed_still_selects_the_classic_profile_with_a_warning(
     monkeypatch.setenv("HAKI_RANKING_PROFILE", "seed")
     with caplog.at_level(logging.WARNING, logger="haki_context.settings"):
         s = Settings()
-    assert s.ranking_profile is RankingProfile.CLASSIC and s == Settings(ranking_profile="classic")
+    assert s.ranking_profile is RankingProfile.CLASSIC and s == Settings(ranking_profile=RankingProfile.CLASSIC)
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "haki_context.settings"]
     assert "HAKI_RANKING_PROFILE=seed is deprecated" in warning and "named classic" in warning
     caplog.clear()
@@ -40,7 +40,7 @@ def test_seed_still_selects_the_classic_profile_with_a_warning(
 
 
 def test_a_setting_given_explicitly_overrides_its_profile(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings(ranking_profile="classic", weight_full_text=0.4).weight_full_text == 0.4
+    assert Settings(ranking_profile=RankingProfile.CLASSIC, weight_full_text=0.4).weight_full_text == 0.4
     monkeypatch.setenv("HAKI_RANKING_PROFILE", "classic")
     monkeypatch.setenv("HAKI_EPISODE_TOP_K", "12")
     s = Settings()
@@ -56,7 +56,7 @@ def test_the_default_profile_is_the_shipped_ranking() -> None:
 @pytest.mark.parametrize("name", ["ranking_profile", "full_text_rank", "episode_ranking", "episode_excerpt_format"])
 def test_an_unknown_closed_set_value_fails_at_start(name: str) -> None:
     with pytest.raises(ValueError, match=name):
-        Settings(**{name: "nonsense"})
+        Settings(**{name: "nonsense"})  # type: ignore[arg-type]  # a value the setting refuses, on purpose
 
 
 async def test_the_classic_profile_serves_episodes_by_cosine_as_compact_json(

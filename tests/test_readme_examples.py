@@ -102,7 +102,9 @@ def _adapt(kind: str, address: str) -> tuple[str, str]:
 def _documents(output: str) -> list[dict[str, Any]]:
     """Every JSON document printed one after the other."""
     decoder = json.JSONDecoder()
-    docs, i = [], 0
+    docs: list[dict[str, Any]] = []
+    i = 0
+
     while True:
         while i < len(output) and output[i].isspace():
             i += 1

@@ -54,7 +54,8 @@ async def remember(client: GraphQLClient, subject: str) -> dict[str, str]:
 
 async def replay(client: GraphQLClient, trace_id: str, **variables: Any) -> dict[str, Any]:
     data = await client.execute(REPLAY, {"id": trace_id, **variables})
-    return data["replay"]
+    replayed: dict[str, Any] = data["replay"]
+    return replayed
 
 
 async def ask(client: GraphQLClient, subject: str, query: str, budget: int | None = None) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from haki_context.core.models import Decision, ItemKind, ReasonCode
 from haki_context.core.packet import TraceDecision
@@ -81,7 +82,13 @@ def test_a_score_change_says_which_components_moved_and_by_how_much() -> None:
 
 
 def test_an_item_blocked_on_one_side_says_so_and_other_changes_say_nothing_of_scores() -> None:
-    unscored = {"score": None, "recency": None, "decision": Decision.BLOCKED, "reason_code": ReasonCode.CONFLICT_OPEN}
+    unscored: dict[str, Any] = {
+        "score": None,
+        "recency": None,
+        "decision": Decision.BLOCKED,
+        "reason_code": ReasonCode.CONFLICT_OPEN,
+    }
+
     stored = [decision("a", 1, score=0.7), decision("b", 1), decision("c", 2), decision("d", None, **unscored)]
     replayed = [
         decision("a", None, **unscored),

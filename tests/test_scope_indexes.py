@@ -45,9 +45,10 @@ async def sclient(scoped: Runtime) -> AsyncIterator[GraphQLClient]:
 
 async def _index_state(rt: Runtime, name: str) -> bool | None:
     async with rt.pool.acquire() as conn:
-        return await conn.fetchval(
+        valid: bool | None = await conn.fetchval(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1", name
         )
+        return valid
 
 
 async def _fill(client: GraphQLClient, subject: str, facts: int, turns: int) -> None:
@@ -114,7 +115,8 @@ async def test_an_interrupted_build_is_dropped_and_rebuilt(scoped: Runtime, scli
 
 async def _options(rt: Runtime, name: str) -> list[str] | None:
     async with rt.pool.acquire() as conn:
-        return await conn.fetchval("SELECT reloptions FROM pg_class WHERE relname = $1", name)
+        options: list[str] | None = await conn.fetchval("SELECT reloptions FROM pg_class WHERE relname = $1", name)
+        return options
 
 
 async def test_an_index_built_with_other_parameters_is_replaced(scoped: Runtime, sclient: GraphQLClient) -> None:

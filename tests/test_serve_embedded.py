@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -25,7 +26,8 @@ LOG_LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _serve(data_dir: Path, port: int, provider: str = "hashing") -> subprocess.Popen[str]:
@@ -49,10 +51,11 @@ def _wait_ready(port: int, proc: subprocess.Popen[str], timeout: float = 90.0) -
     raise AssertionError("the server did not become ready")
 
 
-def _graphql(port: int, query: str) -> dict:
+def _graphql(port: int, query: str) -> dict[str, Any]:
     body = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": query}, timeout=30).json()
     assert not body.get("errors"), body
-    return body["data"]
+    data: dict[str, Any] = body["data"]
+    return data
 
 
 def _stop(proc: subprocess.Popen[str]) -> str:

@@ -6,6 +6,7 @@ import random
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -15,7 +16,7 @@ from contextlib_helpers import assert_fact, context, record, with_settings
 from haki_context.core.models import ReasonCode
 from haki_context.core.runtime import Runtime
 from haki_context.db import migrate
-from haki_context.db.traces import STATS_SQL
+from haki_context.db.traces import REASON_COLUMNS, STATS_SQL
 
 STATS = """query($since: DateTime) { stats(since: $since) {
   contextCalls injectionRate hitRate emptyCalls noRelevantMemoryCalls degradedCalls avgFactsServed avgUsedTokens
@@ -29,6 +30,26 @@ async def test_stats_of_a_project_without_calls(project_client: ProjectClient) -
     assert stats["latencyP50Ms"] is None and stats["latencyP95Ms"] is None
     assert stats["oldestOpenConflictSeconds"] is None
     assert {r["count"] for r in stats["reasonCodes"]} == {0} and len(stats["reasonCodes"]) == len(ReasonCode)
+
+
+async def test_every_reason_code_has_its_count_column(migrated: str) -> None:
+    """A trace keeps one count per reason code, and stats read them by REASON_COLUMNS: a code
+    missing there would be counted nowhere, and no error would say so."""
+    assert set(REASON_COLUMNS) == {code.value for code in ReasonCode}
+    assert len(set(REASON_COLUMNS.values())) == len(REASON_COLUMNS)
+    conn = await asyncpg.connect(migrated)
+    try:
+        rows = await conn.fetch(
+            "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+            " WHERE table_schema = 'public' AND table_name = 'context_traces'"
+        )
+    finally:
+        await conn.close()
+    columns = {r["column_name"]: r for r in rows}
+    for code, column in REASON_COLUMNS.items():
+        assert column in columns, f"{code}'s count column {column} is not in context_traces"
+        row = columns[column]
+        assert (row["data_type"], row["is_nullable"]) == ("integer", "NO"), (code, dict(row))
 
 
 async def test_every_stats_field(project_client: ProjectClient, subject: str) -> None:
@@ -88,7 +109,7 @@ async def traces_db(pg_uri: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await asyncpg.connect(dsn)
     rng = random.Random(3)
     start = datetime.now(UTC) - timedelta(days=30)
-    rows = [
+    rows: list[tuple[Any, ...]] = [
         (
             f"p{i % 10}",
             uuid.uuid4(),

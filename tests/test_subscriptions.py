@@ -194,7 +194,13 @@ async def test_a_key_without_the_read_scope_is_closed_4403(server: LiveServer, r
     new = core_keys.generate()
     async with runtime.pool.acquire() as conn:
         await db_keys.insert_key(
-            conn, f"project-{uuid.uuid4().hex[:12]}", new.key_id, new.key_hash, new.prefix, None, scopes=["write"]
+            conn,
+            f"project-{uuid.uuid4().hex[:12]}",
+            key_id=new.key_id,
+            key_hash=new.key_hash,
+            prefix=new.prefix,
+            name=None,
+            scopes=["write"],
         )
     ws = await open_socket(server, new.plain)
     assert await closed_with(ws) == 4403

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,9 @@ async def make_tenant(runtime: Runtime, name: str) -> Tenant:
     project = f"{name}-{uuid.uuid4().hex[:8]}"
     new = core_keys.generate()
     async with runtime.pool.acquire() as conn:
-        await db_keys.insert_key(conn, project, new.key_id, new.key_hash, new.prefix, f"test {name}")
+        await db_keys.insert_key(
+            conn, project, key_id=new.key_id, key_hash=new.key_hash, prefix=new.prefix, name=f"test {name}"
+        )
     return Tenant(project, new.plain, new.key_id)
 
 
@@ -116,13 +118,13 @@ async def test_revoked_key_is_401_unauthenticated(
     keyed: GraphQLClient, runtime: Runtime, migrated: str, subject: str
 ) -> None:
     tenant = await make_tenant(runtime, "revoked")
-    assert (await keyed.post("{ __typename }", **tenant.auth)).status_code == 200
+    assert (await keyed.post("{ __typename }", None, **tenant.auth)).status_code == 200
     async with runtime.pool.acquire() as conn:
         assert await db_keys.revoke_key(conn, tenant.key_id)
     # A fresh server process has no cached lookup (a running one forgets within its 5 s TTL).
     fresh = client_for(runtime, make_settings(migrated, dev_mode=False))
     try:
-        response = await fresh.post("{ __typename }", **tenant.auth)
+        response = await fresh.post("{ __typename }", None, **tenant.auth)
         assert response.status_code == 401
         assert response.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
     finally:
@@ -188,7 +190,7 @@ async def test_writes_naming_another_projects_ids_answer_like_unknown_ids(
     beta_conflict = (await run(keyed, beta, OPEN, {"ids": [g1, g2]}))["openConflict"]["id"]
     unknown = str(uuid.uuid4())
 
-    cases = [
+    cases: list[tuple[str, Callable[[str], dict[str, Any]], str]] = [
         (RETRACT, lambda x: {"id": x}, f1),
         (OPEN, lambda x: {"ids": [g1, x]}, f1),
         (RESOLVE, lambda x: {"id": x, "keep": f1}, conflict_id),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import asyncpg
 from conftest import client_for
@@ -12,7 +13,8 @@ from haki_context.core.runtime import Runtime
 from haki_context.db.pool import init_connection
 
 
-async def test_unreachable_database_is_unavailable_503(runtime: Runtime, tmp_path) -> None:
+async def test_unreachable_database_is_unavailable_503(runtime: Runtime, tmp_path: Path) -> None:
+
     dsn = f"postgresql://postgres@/postgres?host={tmp_path}"  # no server listens there
     pool = await asyncpg.create_pool(dsn, min_size=0, max_size=2, init=init_connection, timeout=2.0)
     down = client_for(replace(runtime, pool=pool))

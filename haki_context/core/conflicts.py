@@ -44,7 +44,15 @@ async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason
             raise InvalidInput("a fact is already in an OPEN conflict set", field="factIds")
         now = datetime.now(UTC)
         return conflict_from_row(
-            await db_conflicts.create(conn, project_id, str(uuid.uuid4()), present[0].subject_id, ids, reason, now)
+            await db_conflicts.create(
+                conn,
+                project_id,
+                conflict_id=str(uuid.uuid4()),
+                subject_id=present[0].subject_id,
+                fact_ids=ids,
+                reason=reason,
+                now=now,
+            )
         )
 
 
@@ -58,10 +66,12 @@ async def resolve_conflict(rt: Runtime, project_id: str, raw_id: str, raw_keep: 
             raise IllegalTransition("keepFactId is not a member of this conflict set", field="keepFactId")
         now = datetime.now(UTC)
         closed = conflict_from_row(
-            await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, keep)
+            await db_conflicts.close(
+                conn, project_id, conflict_id, status=ConflictStatus.RESOLVED.value, now=now, kept_fact_id=keep
+            )
         )
         others = [f for f in conflict.fact_ids if f != keep]
-        facts_or_none(await db_facts.supersede(conn, project_id, others, keep, now, now))
+        facts_or_none(await db_facts.supersede(conn, project_id, others, by_id=keep, valid_to=now, ended_at=now))
         return closed
 
 
@@ -72,7 +82,9 @@ async def dismiss_conflict(rt: Runtime, project_id: str, raw_id: str) -> Conflic
         await _lock_open(conn, project_id, conflict_id)
         now = datetime.now(UTC)
         return conflict_from_row(
-            await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.DISMISSED.value, now, None)
+            await db_conflicts.close(
+                conn, project_id, conflict_id, status=ConflictStatus.DISMISSED.value, now=now, kept_fact_id=None
+            )
         )
 
 

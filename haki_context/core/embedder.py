@@ -137,6 +137,12 @@ class MiniLMEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
+class _Session(Protocol):
+    """What the encoder calls of an onnxruntime InferenceSession."""
+
+    def run(self, output_names: list[str] | None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
 class OnnxMiniLMEncoder:
     """all-MiniLM-L6-v2 run by onnxruntime from one of our ONNX graphs, with the model's
     tokenizer; mean pooling and L2 norm done here. Imports only onnxruntime, tokenizers and numpy.
@@ -225,7 +231,7 @@ class OnnxMiniLMEncoder:
             out[rows] = self._encode_batch(session, [texts[i] for i in rows])
         return out
 
-    def _encode_batch(self, session: Any, texts: list[str]) -> np.ndarray:
+    def _encode_batch(self, session: _Session, texts: list[str]) -> np.ndarray:
         encoded = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encoded], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
@@ -247,13 +253,14 @@ def read_manifest(models_dir: Path = SHIPPED_DIR) -> dict[str, Any]:
     return manifest
 
 
-def _session(ort: Any, model_path: Path, threads: int) -> Any:
+def _session(ort: Any, model_path: Path, threads: int) -> _Session:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     # Spinning worker threads burn the CPU the database needs between queries, and slow queries down.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    session: _Session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    return session
 
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)

@@ -88,11 +88,11 @@ async def forget_subject(pool: asyncpg.Pool, caller: Caller, subject_id: str) ->
             erasure_id = await db_erasure.insert_erasure(
                 conn,
                 project_id,
-                subject_hash(project_id, subject_id),
-                counts,
-                caller.key_id,
-                caller.origin.value,
-                now,
+                subject_hash=subject_hash(project_id, subject_id),
+                counts=counts,
+                key_id=caller.key_id,
+                actor=caller.origin.value,
+                erased_at=now,
             )
         dropped = await _drop_scope_indexes(conn, project_id, subject_id)
     return ForgetCounts(

@@ -130,11 +130,15 @@ async def _supersede(
     # Superseding members of an OPEN set settles that set: RESOLVED, with no kept fact.
     for conflict_id in sorted({f.open_conflict_id for f in others if f.open_conflict_id}):
         conflict_from_row(
-            await db_conflicts.close(conn, project_id, conflict_id, ConflictStatus.RESOLVED.value, now, None)
+            await db_conflicts.close(
+                conn, project_id, conflict_id, status=ConflictStatus.RESOLVED.value, now=now, kept_fact_id=None
+            )
         )
     superseded = tuple(
         fact_from_row(r)
-        for r in await db_facts.supersede(conn, project_id, [f.id for f in others], new.id, new.valid_from or now, now)
+        for r in await db_facts.supersede(
+            conn, project_id, [f.id for f in others], by_id=new.id, valid_to=new.valid_from or now, ended_at=now
+        )
     )
     return FactAssertion(fact=new, outcome=AssertOutcome.SUPERSEDED_PREVIOUS, superseded=superseded)
 
@@ -152,7 +156,13 @@ async def _contest(
     else:
         conflict = conflict_from_row(
             await db_conflicts.create(
-                conn, project_id, str(uuid.uuid4()), new.subject_id, [f.id for f in others] + [new.id], None, now
+                conn,
+                project_id,
+                conflict_id=str(uuid.uuid4()),
+                subject_id=new.subject_id,
+                fact_ids=[f.id for f in others] + [new.id],
+                reason=None,
+                now=now,
             )
         )
     (fresh,) = facts_or_none(await db_facts.get_facts(conn, project_id, [new.id]))

@@ -467,15 +467,15 @@ class _Loader:
         await db_portability.insert_conflict(
             conn,
             self._project,
-            conflict_id,
-            self._subject,
-            status.value,
-            reason,
-            created_at,
-            _date(r, "resolvedAt"),
-            None if kept is None else self._facts.new[parse_id(kept)],
-            [self._facts.new[m] for m in members],
-            added_at,
+            conflict_id=conflict_id,
+            subject_id=self._subject,
+            status=status.value,
+            reason=reason,
+            created_at=created_at,
+            resolved_at=_date(r, "resolvedAt"),
+            kept_fact_id=None if kept is None else self._facts.new[parse_id(kept)],
+            fact_ids=[self._facts.new[m] for m in members],
+            added_at=added_at,
         )
         self.n_conflicts += 1
 

@@ -29,7 +29,13 @@ async def event(rt: Runtime, project_id: str, raw_id: str) -> Event | None:
 
 
 async def facts_page(
-    rt: Runtime, project_id: str, subject_id: str, status: FactStatus | None, first: int | None, after: str | None
+    rt: Runtime,
+    project_id: str,
+    subject_id: str,
+    *,
+    status: FactStatus | None,
+    first: int | None,
+    after: str | None,
 ) -> Page[Fact]:
     check_subject_id(subject_id)
     size = check_page_size(first, 50)
@@ -38,7 +44,7 @@ async def facts_page(
         rows = [
             fact_from_row(r)
             for r in await db_facts.page_facts(
-                conn, project_id, subject_id, status.value if status else None, size + 1, key
+                conn, project_id, subject_id, status=status.value if status else None, limit=size + 1, after=key
             )
         ]
     return Page([(encode_cursor(f.recorded_at, f.id), f) for f in rows[:size]], len(rows) > size)
@@ -58,6 +64,7 @@ async def events_page(
 async def conflicts_page(
     rt: Runtime,
     project_id: str,
+    *,
     subject_id: str | None,
     status: ConflictStatus | None,
     first: int | None,
@@ -71,7 +78,12 @@ async def conflicts_page(
         rows = [
             conflict_from_row(r)
             for r in await db_conflicts.page_conflicts(
-                conn, project_id, subject_id, status.value if status else None, size + 1, key
+                conn,
+                project_id,
+                subject_id=subject_id,
+                status=status.value if status else None,
+                limit=size + 1,
+                after=key,
             )
         ]
     return Page([(encode_cursor(c.created_at, c.id), c) for c in rows[:size]], len(rows) > size)

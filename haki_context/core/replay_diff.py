@@ -114,7 +114,7 @@ def diff(stored: Iterable[TraceDecision], replayed: Iterable[TraceDecision]) -> 
     for key, after in new.items():
         before = old.get(key)
         if before is None:
-            changes.append(_change(key, (ChangeKind.ADDED,), None, after, ()))
+            changes.append(_change(key, (ChangeKind.ADDED,), before=None, after=after, components=()))
             continue
         kinds = []
         if before.rank != after.rank:
@@ -126,16 +126,17 @@ def diff(stored: Iterable[TraceDecision], replayed: Iterable[TraceDecision]) -> 
             kinds.append(ChangeKind.DECISION_CHANGED)
         if kinds:
             why = score_why(before, after, changed) if changed else None
-            changes.append(_change(key, tuple(kinds), before, after, changed, why))
+            changes.append(_change(key, tuple(kinds), before=before, after=after, components=changed, why=why))
     for key, before in old.items():
         if key not in new:
-            changes.append(_change(key, (ChangeKind.REMOVED,), before, None, ()))
+            changes.append(_change(key, (ChangeKind.REMOVED,), before=before, after=None, components=()))
     return TraceDiff(tuple(changes))
 
 
 def _change(
     key: ItemKey,
     kinds: tuple[ChangeKind, ...],
+    *,
     before: TraceDecision | None,
     after: TraceDecision | None,
     components: tuple[str, ...],

@@ -38,6 +38,7 @@ async def decisions_by_trace(rt: Runtime, project_id: str, trace_ids: list[str])
 async def traces_page(
     rt: Runtime,
     project_id: str,
+    *,
     subject_id: str | None,
     since: datetime | None,
     first: int | None,

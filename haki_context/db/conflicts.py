@@ -13,6 +13,7 @@ from .columns import CONFLICT_COLUMNS
 async def create(
     conn: asyncpg.Connection,
     project_id: str,
+    *,
     conflict_id: str,
     subject_id: str,
     fact_ids: list[str],
@@ -61,6 +62,7 @@ async def close(
     conn: asyncpg.Connection,
     project_id: str,
     conflict_id: str,
+    *,
     status: str,
     now: datetime,
     kept_fact_id: str | None,
@@ -114,6 +116,7 @@ async def get_conflicts(conn: asyncpg.Connection, project_id: str, ids: list[str
 async def page_conflicts(
     conn: asyncpg.Connection,
     project_id: str,
+    *,
     subject_id: str | None,
     status: str | None,
     limit: int,

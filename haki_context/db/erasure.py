@@ -60,6 +60,7 @@ async def delete_subject(conn: asyncpg.Connection, project_id: str, subject_id: 
 async def insert_erasure(
     conn: asyncpg.Connection,
     project_id: str,
+    *,
     subject_hash: bytes,
     counts: dict[str, int],
     key_id: str | None,
@@ -80,17 +81,6 @@ async def insert_erasure(
         erased_at,
     )
     return erasure_id
-
-
-async def erasures_of(conn: asyncpg.Connection, project_id: str, subject_hash: bytes) -> list[asyncpg.Record]:
-    """The audit records of a subject (by its hash), newest first."""
-    rows = await conn.fetch(
-        "SELECT id, counts, key_id, actor, erased_at FROM erasures"
-        " WHERE project_id = $1 AND subject_hash = $2 ORDER BY erased_at DESC, id",
-        project_id,
-        subject_hash,
-    )
-    return cast(list[asyncpg.Record], rows)
 
 
 def scope_index_names(project_id: str, subject_id: str) -> list[str]:

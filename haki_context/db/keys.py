@@ -40,6 +40,7 @@ async def ensure_project(conn: asyncpg.Connection, project_id: str) -> None:
 async def insert_key(
     conn: asyncpg.Connection,
     project_id: str,
+    *,
     key_id: str,
     key_hash: bytes,
     prefix: str,

@@ -20,6 +20,16 @@ def available() -> list[tuple[str, str]]:
     return [(p.name, p.read_text(encoding="utf-8")) for p in files]
 
 
+def summary(names: list[str]) -> str:
+    """A list of migrations in a few words, whatever its length: the count and the first and
+    last names, without their extension ("16 migrations (0001_core .. 0016_trace_same_text_counts)")."""
+    stems = [name.removesuffix(".sql") for name in names]
+    if len(stems) == 1:
+        return f"1 migration ({stems[0]})"
+    between = ", " if len(stems) == 2 else " .. "
+    return f"{len(stems)} migrations ({stems[0]}{between}{stems[-1]})" if stems else "0 migrations"
+
+
 async def apply(dsn: str) -> list[str]:
     """Apply every pending migration; return the names applied (empty when up to date)."""
     conn = await asyncpg.connect(dsn)

@@ -220,6 +220,7 @@ async def date_supersessions(conn: asyncpg.Connection, project_id: str, fact_ids
 async def insert_conflict(
     conn: asyncpg.Connection,
     project_id: str,
+    *,
     conflict_id: str,
     subject_id: str,
     status: str,

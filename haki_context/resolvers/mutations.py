@@ -3,29 +3,66 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from ..core import conflicts, erasure, events, facts
 from ..core.models import AssertMode, ConflictSet, Event, Fact, FactAssertion, Volatility
 from .context import RequestContext
 
 
-def _event_input(item: Any) -> events.EventInput:
+class EventFields(Protocol):
+    """What the resolvers read of an event input (the schema's EventInput)."""
+
+    @property
+    def subject_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...  # any JSON
+    @property
+    def occurred_at(self) -> datetime | None: ...
+
+
+class FactFields(Protocol):
+    """What the resolvers read of a fact input (the schema's FactInput)."""
+
+    @property
+    def subject_id(self) -> str: ...
+    @property
+    def predicate(self) -> str: ...
+    @property
+    def value(self) -> Any: ...  # any JSON
+    @property
+    def confidence(self) -> float | None: ...
+    @property
+    def valid_from(self) -> datetime | None: ...
+    @property
+    def valid_to(self) -> datetime | None: ...
+    @property
+    def source_event_ids(self) -> Sequence[str] | None: ...
+    @property
+    def volatility(self) -> Volatility | None: ...
+    @property
+    def mode(self) -> AssertMode | None: ...
+
+
+def _event_input(item: EventFields) -> events.EventInput:
     return events.EventInput(
         subject_id=item.subject_id, kind=item.kind, payload=item.payload, occurred_at=item.occurred_at
     )
 
 
-async def record_event(ctx: RequestContext, item: Any) -> Event:
+async def record_event(ctx: RequestContext, item: EventFields) -> Event:
     (event,) = await events.record_events(ctx.rt, ctx.project_id, [_event_input(item)])
     return event
 
 
-async def record_events(ctx: RequestContext, items: list[Any]) -> list[Event]:
+async def record_events(ctx: RequestContext, items: Sequence[EventFields]) -> list[Event]:
     return await events.record_events(ctx.rt, ctx.project_id, [_event_input(i) for i in items])
 
 
-async def assert_fact(ctx: RequestContext, item: Any) -> FactAssertion:
+async def assert_fact(ctx: RequestContext, item: FactFields) -> FactAssertion:
     command = facts.FactInput(
         subject_id=item.subject_id,
         predicate=item.predicate,

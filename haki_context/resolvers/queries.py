@@ -25,7 +25,7 @@ async def event(ctx: RequestContext, id: str) -> Event | None:
 async def facts(
     ctx: RequestContext, subject_id: str, status: FactStatus | None, first: int | None, after: str | None
 ) -> Page[Fact]:
-    return await reads.facts_page(ctx.rt, ctx.project_id, subject_id, status, first, after)
+    return await reads.facts_page(ctx.rt, ctx.project_id, subject_id, status=status, first=first, after=after)
 
 
 async def events(ctx: RequestContext, subject_id: str, first: int | None, after: str | None) -> Page[Event]:
@@ -39,7 +39,9 @@ async def conflicts(
     first: int | None,
     after: str | None,
 ) -> Page[ConflictSet]:
-    return await reads.conflicts_page(ctx.rt, ctx.project_id, subject_id, status, first, after)
+    return await reads.conflicts_page(
+        ctx.rt, ctx.project_id, subject_id=subject_id, status=status, first=first, after=after
+    )
 
 
 async def events_of(ctx: RequestContext, ids: tuple[str, ...]) -> list[Event]:

@@ -27,7 +27,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from graphql import GraphQLField, GraphQLLeafType, GraphQLNonNull, GraphQLObjectType, is_leaf_type
+from graphql import FieldNode, GraphQLField, GraphQLLeafType, GraphQLNonNull, GraphQLObjectType, is_leaf_type
 from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import AwaitableOrValue, Path, Undefined, UndefinedType, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
@@ -88,7 +88,7 @@ class LeanExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return [coded(error, RequestErrorCode.INVALID_INPUT) for error in built]
         return built
 
-    def _leaf(self, parent_type: GraphQLObjectType, node: Any) -> _PlainLeaf:
+    def _leaf(self, parent_type: GraphQLObjectType, node: FieldNode) -> _PlainLeaf:
         """How to read the field `node` of `parent_type` directly, or _NOT_PLAIN."""
         if node.arguments:
             return _NOT_PLAIN

@@ -175,10 +175,10 @@ async def replay_field(
     result = await replay_resolvers.replay(
         info.context,
         str(trace_id),
-        _overrides(with_),
-        persist,
-        compare_with_now,
-        (*info.path.as_list(), "packet"),
+        overrides=_overrides(with_),
+        persist=persist,
+        compare_with_now=compare_with_now,
+        path=(*info.path.as_list(), "packet"),
     )
     changes = result.diff
     return ReplayType(
