@@ -23,7 +23,7 @@ COPY haki_context ./haki_context
 # The default install serves the shipped int8 ONNX model on onnxruntime: no torch in the image.
 RUN pip install . \
     && if python -c "import torch" 2>/dev/null; then echo "torch was installed" >&2; exit 1; fi \
-    && python -c "from haki_context.core.embedder import OnnxMiniLMEncoder; OnnxMiniLMEncoder.shipped()"
+    && python -c "from haki_context.core.embedding.embedder import OnnxMiniLMEncoder; OnnxMiniLMEncoder.shipped()"
 
 # Never run as root. HAKI_DATA_DIR only matters if HAKI_DATABASE_URL is left unset.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin haki

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from haki_context.app import open_runtime
-from haki_context.core.assembler import start_assembly
-from haki_context.core.replay_diff import ChangeKind, diff
+from haki_context.core.context.assembler import start_assembly
+from haki_context.core.history.replay_diff import ChangeKind, diff
 from haki_context.settings import Settings
 
 from . import latency_texts

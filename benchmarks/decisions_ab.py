@@ -30,7 +30,7 @@ _SIDE = r"""
 import asyncio, itertools, json, sys
 sys.path.insert(0, sys.argv[1])
 from haki_context.app import open_runtime
-from haki_context.core.assembler import assemble
+from haki_context.core.context.assembler import assemble
 from haki_context.settings import Settings
 from benchmarks import latency_texts
 from benchmarks.latency_common import PROJECT, SUBJECT

@@ -23,10 +23,10 @@ from unittest import mock
 
 import asyncpg
 
-from haki_context.core import events, facts
-from haki_context.core.embedder import Embedder, HashingEncoder
+from haki_context.core.embedding.embedder import Embedder, HashingEncoder
+from haki_context.core.memory import events, facts
 from haki_context.core.models import AssertMode
-from haki_context.core.runtime import Runtime, open_pool
+from haki_context.core.serving.runtime import Runtime, open_pool
 from haki_context.db import embedded, migrate, subject_locks
 from haki_context.db import facts as db_facts
 from haki_context.settings import EmbedProvider, Settings

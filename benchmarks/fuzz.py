@@ -214,8 +214,8 @@ class Tally:
 
 async def _open_target(data_dir: Path) -> tuple[Any, Any, Any, httpx.AsyncClient, str, list[str]]:
     from haki_context.app import create_app
-    from haki_context.core.embedder import Embedder, HashingEncoder
-    from haki_context.core.runtime import Runtime, open_pool
+    from haki_context.core.embedding.embedder import Embedder, HashingEncoder
+    from haki_context.core.serving.runtime import Runtime, open_pool
     from haki_context.db import embedded, migrate
     from haki_context.settings import EmbedProvider, Settings
 

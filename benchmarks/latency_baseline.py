@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from haki_context.core import assembler
-from haki_context.core.runtime import Runtime
+from haki_context.core.context import assembler
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import retrieval
 
 from .latency_common import PROJECT, SUBJECT, Config, dist, ms_since

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from haki_context.core.runtime import Runtime
-from haki_context.core.scope_indexes import build_pending
+from haki_context.core.serving.runtime import Runtime
+from haki_context.core.serving.scope_indexes import build_pending
 from haki_context.db import scope_indexes
 
 from .latency_common import INGEST_SUBJECT, OTHERS, PROJECT, SUBJECT, Config, log

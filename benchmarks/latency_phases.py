@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from haki_context.core.assembler import assemble
-from haki_context.core.runtime import Runtime
+from haki_context.core.context.assembler import assemble
+from haki_context.core.serving.runtime import Runtime
 from haki_context.core.texts import event_chunks
 
 from . import latency_texts

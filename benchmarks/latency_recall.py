@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import retrieval, scope_indexes
 
 from .latency_baseline import search_params

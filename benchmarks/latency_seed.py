@@ -24,7 +24,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 
-from haki_context.core.facts import value_hash
+from haki_context.core.memory.facts import value_hash
 from haki_context.core.texts import ChunkText, event_chunks, event_excerpt, fact_text
 from haki_context.db import migrate
 from haki_context.db.pool import init_connection

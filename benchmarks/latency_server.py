@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import psutil
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 from .latency_common import PROJECT, REPO_ROOT, Config, dist, ms_since
 from .lean_http import LeanClient

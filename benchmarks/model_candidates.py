@@ -20,7 +20,7 @@ int8 graphs the server would run, what each candidate's architecture costs per `
 A cost depends on the architecture, the sequence lengths and the quantisation, not on the
 values of the weights: the graphs of the shapes no package ships are built from randomly
 initialised weights of that shape, traced and quantised exactly as the shipped graph is
-(`core/model_build.py`: 8-bit matrix products in blocks of 16, an 8-bit word-embedding table).
+(`core/embedding/model_build.py`: 8-bit matrix products in blocks of 16, an 8-bit word-embedding table).
 Texts are LoCoMo dev questions and turns (`<speaker>: <text>`, as the server serves them);
 the models are timed in turn, question by question, so load on the machine falls on all alike.
 Needs the `[torch]` extra to build the graphs.
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from haki_context.core.embedder import MAX_TOKENS, SHIPPED_DIR, SHIPPED_GRAPH, SHIPPED_TOKENIZER
+from haki_context.core.embedding.embedder import MAX_TOKENS, SHIPPED_DIR, SHIPPED_GRAPH, SHIPPED_TOKENIZER
 
 from .locomo import add_data_argument, load_conversations
 
@@ -169,7 +169,7 @@ def build_graph(shape: Shape, dest_dir: Path) -> Path:
     import torch
     from transformers import BertConfig, BertModel
 
-    from haki_context.core.model_build import export_fp32, quantize_int8
+    from haki_context.core.embedding.model_build import export_fp32, quantize_int8
 
     torch.manual_seed(0)
     config = BertConfig(

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from haki_context.app import open_runtime
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import embedded
 from haki_context.settings import EmbedProvider, Settings
 

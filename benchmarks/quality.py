@@ -61,8 +61,8 @@ import numpy as np
 import orjson
 
 from haki_context.app import create_app
-from haki_context.core.embedder import Embedder, encoder_for
-from haki_context.core.runtime import Runtime, open_pool
+from haki_context.core.embedding.embedder import Embedder, encoder_for
+from haki_context.core.serving.runtime import Runtime, open_pool
 from haki_context.core.texts import event_chunks
 from haki_context.db import embedded, migrate
 from haki_context.settings import Settings

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import asyncpg
 
-from haki_context.core.runtime import open_pool
-from haki_context.core.traces import StatsBucket, stats_series
-from haki_context.core.traces import stats as core_stats
+from haki_context.core.history.traces import StatsBucket, stats_series
+from haki_context.core.history.traces import stats as core_stats
+from haki_context.core.serving.runtime import open_pool
 from haki_context.db import embedded, migrate
 from haki_context.db.traces import SERIES_SQL, STATS_SQL
 from haki_context.settings import Settings

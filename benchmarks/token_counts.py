@@ -3,7 +3,7 @@
     python -m benchmarks.token_counts [--tekken FILE] [--sentencepiece FILE] [--out DIR]
 
 A packet's `usedTokens` and `budget` count each served line as `max(1, len(line) // 4)`
-(core/packing.py). This harness builds the lines the server would serve from the LoCoMo dev
+(core/context/packing.py). This harness builds the lines the server would serve from the LoCoMo dev
 conversations (every turn as an episode line, every session observation as a fact line,
 with the server's own line functions), and counts them with each tokenizer it can load:
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.locomo import add_data_argument, parse_session_date, turn_payload
-from haki_context.core.packing import episode_line, fact_line, render, tokens
+from haki_context.core.context.packing import episode_line, fact_line, render, tokens
 from haki_context.core.texts import turn_text
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "haki_context" / "models"

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from haki_context.core import assembler
-from haki_context.core.embedder import Embedder, encoder_for
-from haki_context.core.runtime import open_pool
+from haki_context.core.context import assembler
+from haki_context.core.embedding.embedder import Embedder, encoder_for
+from haki_context.core.serving.runtime import open_pool
 from haki_context.db import retrieval
 from haki_context.settings import Settings
 

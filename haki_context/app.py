@@ -31,16 +31,16 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET
 
-from .core.admission import RETRY_AFTER_S
-from .core.assembler import warm_connections
-from .core.auth import Authenticator, authorization_of
-from .core.embedder import Embedder, encoder_for
+from .core.context.assembler import warm_connections
+from .core.embedding.embedder import Embedder, encoder_for
+from .core.embedding.space import check_embedding_space
 from .core.errors import BadRequest, HakiError, PayloadTooLarge, Unavailable
 from .core.limits import MAX_JSON_DEPTH, check_json_depth
-from .core.live import LiveLimits, LiveTraces
-from .core.runtime import Runtime, open_pool
-from .core.space import check_embedding_space
-from .core.supervisor import Supervisor
+from .core.serving.admission import RETRY_AFTER_S
+from .core.serving.auth import Authenticator, authorization_of
+from .core.serving.live import LiveLimits, LiveTraces
+from .core.serving.runtime import Runtime, open_pool
+from .core.serving.supervisor import Supervisor
 from .cors import cors_middleware
 from .dashboard import dashboard_page, front_page
 from .db import embedded, migrate
@@ -553,7 +553,7 @@ def settle_garbage_collector() -> None:
 
 async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.0) -> None:
     """Prune traces past HAKI_TRACE_RETENTION_DAYS at start-up, then every hour."""
-    from .core.traces import prune
+    from .core.history.traces import prune
 
     failures = _FailureLog("retention pass")
     while True:
@@ -570,7 +570,7 @@ async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.
 async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
     """Build the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS, at start-up and then every
     HAKI_SCOPE_INDEX_INTERVAL_S (builds run concurrently with requests: CREATE INDEX CONCURRENTLY)."""
-    from .core.scope_indexes import build_pending
+    from .core.serving.scope_indexes import build_pending
 
     failures = _FailureLog("scope index build")
     while True:

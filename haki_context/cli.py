@@ -26,9 +26,9 @@ from typing import Any, BinaryIO, TypeVar
 import asyncpg
 
 from . import __version__
-from .core import keys as core_keys
-from .core.auth import Caller, Scope, parse_scopes
 from .core.errors import HakiError
+from .core.serving import keys as core_keys
+from .core.serving.auth import Caller, Scope, parse_scopes
 from .db import embedded, migrate
 from .db import keys as db_keys
 from .db.keys import DEFAULT_SCOPES
@@ -338,9 +338,9 @@ def _scopes(names: list[str]) -> frozenset[str]:
 
 
 async def _forget(settings: Settings, args: argparse.Namespace) -> int:
-    """Forget a subject as the operator (every scope, no key): core/erasure.py, as forgetSubject."""
-    from .core.erasure import forget_subject
-    from .core.runtime import open_pool
+    """Forget a subject as the operator (every scope, no key): core/memory/erasure.py, as forgetSubject."""
+    from .core.memory.erasure import forget_subject
+    from .core.serving.runtime import open_pool
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
@@ -353,7 +353,7 @@ async def _forget(settings: Settings, args: argparse.Namespace) -> int:
             await pool.close()
     if counts.held_nothing:
         # Said plainly, so that a misspelt subject or project is noticed; the audit row is
-        # written all the same (core/erasure.py): the erasure request was carried out.
+        # written all the same (core/memory/erasure.py): the erasure request was carried out.
         print(
             f"nothing held for subject {args.subject!r} of project {args.project!r};"
             f" the forget is recorded all the same: audit record {counts.erasure_id}"
@@ -369,8 +369,8 @@ async def _forget(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _export(settings: Settings, args: argparse.Namespace) -> int:
     """Write the subject's memory as JSON lines to --out (written whole, then moved in place) or stdout."""
-    from .core.portability import export_lines
-    from .core.runtime import open_pool
+    from .core.memory.portability import export_lines
+    from .core.serving.runtime import open_pool
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
@@ -401,11 +401,11 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _import(settings: Settings, args: argparse.Namespace) -> int:
-    """Load an export into a project, re-embedded with HAKI_EMBED_PROVIDER (core/portability.py)."""
-    from .core.embedder import Embedder, encoder_for
-    from .core.portability import import_lines
-    from .core.runtime import Runtime, open_pool
-    from .core.space import check_embedding_space
+    """Load an export into a project, re-embedded with HAKI_EMBED_PROVIDER (core/memory/portability.py)."""
+    from .core.embedding.embedder import Embedder, encoder_for
+    from .core.embedding.space import check_embedding_space
+    from .core.memory.portability import import_lines
+    from .core.serving.runtime import Runtime, open_pool
 
     if settings.embed_provider is not EmbedProvider.HASHING:
         _check_model_cache(settings, writable=False)
@@ -460,8 +460,8 @@ async def _as_operator_lines(lines: AsyncGenerator[bytes, None]) -> AsyncGenerat
 
 
 async def _prune(settings: Settings, days: float | None) -> int:
-    from .core.runtime import open_pool
-    from .core.traces import prune
+    from .core.history.traces import prune
+    from .core.serving.runtime import open_pool
 
     days = days if days is not None else settings.trace_retention_days
     if days is None:
@@ -478,9 +478,9 @@ async def _prune(settings: Settings, days: float | None) -> int:
 
 
 async def _reembed(settings: Settings) -> int:
-    from .core.embedder import Embedder, encoder_for
-    from .core.runtime import open_pool
-    from .core.space import reembed
+    from .core.embedding.embedder import Embedder, encoder_for
+    from .core.embedding.space import reembed
+    from .core.serving.runtime import open_pool
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
@@ -499,8 +499,8 @@ async def _reembed(settings: Settings) -> int:
 
 
 async def _index_scopes(settings: Settings) -> int:
-    from .core.runtime import open_pool
-    from .core.scope_indexes import build_pending
+    from .core.serving.runtime import open_pool
+    from .core.serving.scope_indexes import build_pending
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
@@ -532,8 +532,8 @@ async def _index_scopes(settings: Settings) -> int:
 def _build_model(settings: Settings, out: Path | None) -> int:
     """Rebuild the shipped ONNX model from the packaged weights (the [torch] extra), checked
     against sentence-transformers, into `out` (default: HAKI_MODEL_CACHE_DIR/rebuilt-model)."""
-    from .core.embedder import SHIPPED_DIR
-    from .core.model_build import build_shipped_model
+    from .core.embedding.embedder import SHIPPED_DIR
+    from .core.embedding.model_build import build_shipped_model
 
     target = check_writable_dir(out, "--out", "the output folder") if out else settings.models_dir / "rebuilt-model"
     manifest = build_shipped_model(target)

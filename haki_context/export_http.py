@@ -1,4 +1,4 @@
-"""`GET /export?subjectId=<subject>`: a subject's memory as JSON lines, streamed (core/portability.py).
+"""`GET /export?subjectId=<subject>`: a subject's memory as JSON lines, streamed (core/memory/portability.py).
 
 The same Bearer keys as GraphQL, with the `read` scope, and the same development-mode rule.
 A refusal comes before any line, as `{"errors": [...]}` in the GraphQL error shape, with its status
@@ -19,12 +19,12 @@ from collections.abc import AsyncGenerator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .core import portability
-from .core.admission import RETRY_AFTER_S
-from .core.auth import Authenticator, Scope, authorization_of
 from .core.errors import BadRequest, HakiError, Unavailable
 from .core.limits import check_subject_id
-from .core.runtime import Runtime
+from .core.memory import portability
+from .core.serving.admission import RETRY_AFTER_S
+from .core.serving.auth import Authenticator, Scope, authorization_of
+from .core.serving.runtime import Runtime
 from .schema.errors import domain_error
 
 log = logging.getLogger(__name__)

@@ -24,9 +24,9 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import Connec
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 
-from .core.auth import Authenticator, authorization_of
-from .core.auth import Scope as KeyScope
 from .core.errors import Forbidden, HakiError, Unauthenticated
+from .core.serving.auth import Authenticator, authorization_of
+from .core.serving.auth import Scope as KeyScope
 from .resolvers.live import socket_context
 from .schema.errors import domain_error, format_error
 

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .core.auth import authorization_of
 from .core.errors import HakiError
+from .core.serving.auth import authorization_of
 from .settings import MetricsAccess
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

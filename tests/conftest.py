@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from haki_context.app import create_app
-from haki_context.core.embedder import Embedder, HashingEncoder, OnnxMiniLMEncoder
-from haki_context.core.runtime import Runtime, open_pool
+from haki_context.core.embedding.embedder import Embedder, HashingEncoder, OnnxMiniLMEncoder
+from haki_context.core.serving.runtime import Runtime, open_pool
 from haki_context.db import embedded, migrate
 from haki_context.db.pool import init_connection, keep_session
 from haki_context.settings import EmbedProvider, Settings
@@ -189,7 +189,7 @@ def subject() -> str:
 
 async def new_project_key(rt: Runtime, project_id: str) -> str:
     """A fresh API key for `project_id` (created directly in the database)."""
-    from haki_context.core import keys
+    from haki_context.core.serving import keys
     from haki_context.db import keys as db_keys
 
     new = keys.generate()

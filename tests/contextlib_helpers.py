@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import GraphQLClient
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 FULL_SELECTION = """
   traceId rendered usedTokens budgetTokens status warnings emptyReason

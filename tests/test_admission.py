@@ -15,9 +15,9 @@ import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import record, with_settings
 
-from haki_context.core.admission import OVERLOADED, Admission
 from haki_context.core.errors import Unavailable
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.admission import OVERLOADED, Admission
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db.pool import init_connection
 
 QUERY = 'query($s: String!) { context(subjectId: $s, query: "which language") { traceId } }'

@@ -9,7 +9,7 @@ from typing import Any
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, record, with_settings
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 AS_OF = """
 query($s: String!, $q: String!, $at: DateTime) {

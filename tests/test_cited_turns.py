@@ -11,12 +11,13 @@ from typing import Any
 from conftest import GraphQLClient, ProjectClient, client_for, make_settings, new_project_key
 from contextlib_helpers import assert_fact, context, decisions, record
 
-from haki_context.core import replay, settings_records
+from haki_context.core.context import settings_records
+from haki_context.core.context.packing import pack_merged, pack_section
+from haki_context.core.history import replay
+from haki_context.core.history.replay_diff import ChangeKind, ItemChange
 from haki_context.core.models import Decision, Event, Fact, FactStatus, ItemKind, ReasonCode, Volatility
 from haki_context.core.packet import TraceDecision
-from haki_context.core.packing import pack_merged, pack_section
-from haki_context.core.replay_diff import ChangeKind, ItemChange
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.settings import RankingProfile, Settings
 
 # (name, score, tokens, cited events) for facts; (name, score, tokens, whole turn's event) for turns.

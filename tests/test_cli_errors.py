@@ -344,7 +344,7 @@ def test_progress_is_a_log_line_unless_the_cli_allows_the_terminal() -> None:
 
 
 def test_an_embedder_that_cannot_load_is_one_line_naming_the_provider() -> None:
-    from haki_context.core.embedder import EmbedderUnavailable
+    from haki_context.core.embedding.embedder import EmbedderUnavailable
     from haki_context.startup_errors import error_line
 
     line = error_line(EmbedderUnavailable("the [torch] extra is not installed:\nNo module named 'torch'"))
@@ -355,7 +355,7 @@ def test_an_embedder_that_cannot_load_is_one_line_naming_the_provider() -> None:
 
 
 def test_a_reembed_that_kept_giving_way_is_one_line_saying_to_run_it_again() -> None:
-    from haki_context.core.space import ReembedBlocked
+    from haki_context.core.embedding.space import ReembedBlocked
     from haki_context.startup_errors import error_line
 
     line = error_line(

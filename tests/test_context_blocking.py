@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, with_settings
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 OPEN_WARNING = "open_conflict: {n} fact(s) hidden pending conflict resolution"
 EXPIRED_WARNING = "volatility_expired: {n} fact(s) hidden past their volatility horizon"

@@ -10,7 +10,7 @@ import pytest
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import retrieval
 
 QUERY = "query($s: String!, $q: String!, $b: Int) { context(subjectId: $s, query: $q, budget: $b) { traceId } }"

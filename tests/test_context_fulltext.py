@@ -8,8 +8,8 @@ import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, record, with_settings
 
-from haki_context.core.assembler import search_params
-from haki_context.core.runtime import Runtime
+from haki_context.core.context.assembler import search_params
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import retrieval
 
 HOSTILE = [

@@ -8,7 +8,7 @@ import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, context, decisions, record, with_settings
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ from dataclasses import fields
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import FULL_SELECTION, assert_fact, context, decisions, record, with_settings
 
-from haki_context.core import keys
 from haki_context.core.packet import TraceDecision
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving import keys
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import keys as db_keys
 from haki_context.db import traces as db_traces
 

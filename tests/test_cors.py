@@ -11,7 +11,7 @@ import pytest
 from conftest import client_for, make_settings, new_project_key
 from pydantic import ValidationError
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.settings import Settings
 
 APP = "https://app.example.com"

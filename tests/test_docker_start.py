@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from haki_context.cli import build_parser
-from haki_context.core import keys as core_keys
+from haki_context.core.serving import keys as core_keys
 from haki_context.db import keys as db_keys
 
 ROOT = Path(__file__).resolve().parent.parent

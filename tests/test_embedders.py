@@ -12,8 +12,8 @@ import asyncpg
 import numpy as np
 import pytest
 
-from haki_context.core import model_build
-from haki_context.core.embedder import (
+from haki_context.core.embedding import model_build
+from haki_context.core.embedding.embedder import (
     MANIFEST,
     SHIPPED_DIR,
     SHIPPED_GRAPH,
@@ -29,8 +29,8 @@ from haki_context.core.embedder import (
     packaged_model_dir,
     read_manifest,
 )
-from haki_context.core.runtime import open_pool
-from haki_context.core.space import EmbedderMismatch, check_embedding_space, reembed
+from haki_context.core.embedding.space import EmbedderMismatch, check_embedding_space, reembed
+from haki_context.core.serving.runtime import open_pool
 from haki_context.db import migrate
 from haki_context.settings import Settings
 
@@ -117,7 +117,7 @@ def test_a_missing_manifest_is_refused(tmp_path: Path) -> None:
 def test_serving_the_shipped_graph_imports_no_torch_and_no_onnx() -> None:
     code = (
         "import sys\n"
-        "from haki_context.core.embedder import build_encoder\n"
+        "from haki_context.core.embedding.embedder import build_encoder\n"
         "from pathlib import Path\n"
         "encoder = build_encoder('onnx', model_cache=Path('unused'))\n"
         "assert encoder.encode(['hello']).shape == (1, 384)\n"

@@ -13,7 +13,7 @@ from conftest import GraphQLClient, client_for
 from contextlib_helpers import with_settings
 from graphql import GraphQLError, GraphQLSyntaxError, Source
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.schema.errors import format_error, http_status, is_unexpected
 from haki_context.schema.limits import check_token_count
 

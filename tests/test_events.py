@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from conftest import GraphQLClient
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 EVENT = "id subjectId kind payload occurredAt recordedAt excerpt"
 RECORD = f"mutation($input: EventInput!) {{ recordEvent(input: $input) {{ {EVENT} }} }}"

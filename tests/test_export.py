@@ -19,10 +19,10 @@ from conftest import GraphQLClient, ProjectClient, client_for, make_settings
 from contextlib_helpers import assert_fact, context, record
 from test_forget import project_key
 
-from haki_context.core.auth import Caller
 from haki_context.core.errors import Forbidden, InvalidInput
-from haki_context.core.portability import export_lines, import_lines
-from haki_context.core.runtime import Runtime
+from haki_context.core.memory.portability import export_lines, import_lines
+from haki_context.core.serving.auth import Caller
+from haki_context.core.serving.runtime import Runtime
 
 CLI = str(Path(sys.executable).with_name("haki-context"))
 

@@ -17,8 +17,8 @@ import pytest
 from conftest import GraphQLClient, ProjectClient, client_for
 from contextlib_helpers import assert_fact, context, record
 
-from haki_context.core import keys
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving import keys
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import keys as db_keys
 from haki_context.db import scope_indexes as db_scope_indexes
 
@@ -313,7 +313,7 @@ async def test_the_index_builder_drops_scope_indexes_left_by_a_forgotten_subject
 ) -> None:
     """A forget that raced a build of the subject's index (or could not drop it) leaves an index
     no entry owns: the builder's next pass drops it, and keeps every owned one."""
-    from haki_context.core.scope_indexes import build_pending
+    from haki_context.core.serving.scope_indexes import build_pending
 
     kept_subject = f"{subject}-kept"
     await fill(eraser, subject)

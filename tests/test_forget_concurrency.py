@@ -15,9 +15,9 @@ from conftest import ProjectClient, client_for
 from contextlib_helpers import record
 from test_forget import FORGET, project_key
 
-from haki_context.core.auth import Caller
-from haki_context.core.erasure import forget_subject
-from haki_context.core.runtime import Runtime
+from haki_context.core.memory.erasure import forget_subject
+from haki_context.core.serving.auth import Caller
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import events as db_events
 from haki_context.db import subject_locks
 

@@ -23,7 +23,7 @@ from conftest import client_for
 from contextlib_helpers import assert_fact, record
 from hypothesis import HealthCheck, given, settings
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of the repository, not an installed package

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import client_for, make_settings
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db.pool import init_connection
 from haki_context.media_types import ResponseType, negotiate
 

@@ -12,7 +12,7 @@ from conftest import GraphQLClient, client_for
 from contextlib_helpers import with_settings
 from strawberry.extensions.validation_cache import _get_validate_cache
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db.pool import init_connection
 
 

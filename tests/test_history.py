@@ -12,10 +12,10 @@ import pytest
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact
 
-from haki_context.core.auth import DEV_PROJECT, Caller
 from haki_context.core.errors import InvalidInput
-from haki_context.core.portability import export_lines, import_lines
-from haki_context.core.runtime import Runtime
+from haki_context.core.memory.portability import export_lines, import_lines
+from haki_context.core.serving.auth import DEV_PROJECT, Caller
+from haki_context.core.serving.runtime import Runtime
 
 # What an export holds of the history; a file written before it was kept has none of it.
 HISTORY_FIELDS = ("endedAt", "endReason", "activeValidTo", "reinforcedAt", "membersAddedAt")

@@ -19,7 +19,7 @@ from conftest import GraphQLClient, make_settings, new_project_key
 from test_cli_errors import assert_one_error_line, free_port, run_cli
 
 from haki_context.app import create_app
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.startup_errors import StartupError, check_dev_mode_bind
 
 RECORD = "mutation($input: EventInput!) { recordEvent(input: $input) { id payload } }"

@@ -15,7 +15,7 @@ import pytest
 from conftest import GraphQLClient, client_for, make_settings
 
 from haki_context.core.limits import try_parse_id
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 RECORD = "mutation($input: EventInput!) { recordEvent(input: $input) { id } }"
 RECORD_MANY = "mutation($inputs: [EventInput!]!) { recordEvents(inputs: $inputs) { id } }"

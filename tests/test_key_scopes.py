@@ -13,10 +13,10 @@ import pytest
 from conftest import GraphQLClient, ProjectClient, client_for, make_settings
 from graphql import build_schema
 
-from haki_context.core import keys
-from haki_context.core.auth import Authenticator, Caller, Origin, Scope
 from haki_context.core.errors import Forbidden
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving import keys
+from haki_context.core.serving.auth import Authenticator, Caller, Origin, Scope
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import keys as db_keys
 from haki_context.schema import export_sdl
 

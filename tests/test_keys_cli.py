@@ -21,8 +21,8 @@ import asyncpg
 import pytest
 from conftest import GraphQLClient, client_for, make_settings, open_runtime_for
 
-from haki_context.core.embedder import Embedder
-from haki_context.core.runtime import Runtime
+from haki_context.core.embedding.embedder import Embedder
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import embedded, migrate
 
 CLI = str(Path(sys.executable).with_name("haki-context"))

@@ -56,3 +56,47 @@ def test_sql_lives_only_in_db(layer: str) -> None:
     for path in _modules(layer):
         found = SQL.findall(path.read_text())
         assert not found, f"{path.relative_to(PACKAGE)} holds SQL: {found[:3]}"
+
+
+# core/'s groups, top to bottom (docs/design.md, "Layers"): a group imports only the groups below
+# it and the shared modules of core/ itself, which import no group.
+CORE_GROUPS = ["history", "context", "memory", "serving", "embedding"]
+
+
+def _core_imports(path: Path) -> set[str]:
+    """The groups of core/ a module imports (by their package: haki_context.core.<group>)."""
+    found = set()
+    for name in _imports(path):
+        parts = name.split(".")
+        if parts[:2] == ["haki_context", "core"] and len(parts) > 2 and parts[2] in CORE_GROUPS:
+            found.add(parts[2])
+    return found
+
+
+def test_core_is_grouped_and_holds_no_loose_module_of_a_group() -> None:
+    core = PACKAGE / "core"
+    assert sorted(p.name for p in core.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == sorted(CORE_GROUPS)
+    shared = sorted(p.stem for p in core.glob("*.py") if p.stem != "__init__")
+    assert shared == ["errors", "limits", "models", "packet", "pagination", "progress", "records", "texts"]
+
+
+@pytest.mark.parametrize("group", CORE_GROUPS)
+def test_a_core_group_imports_only_the_groups_below_it(group: str) -> None:
+    above = set(CORE_GROUPS[: CORE_GROUPS.index(group) + 1]) - {group}
+    for path in sorted((PACKAGE / "core" / group).rglob("*.py")):
+        wrong = _core_imports(path) & above
+        assert not wrong, f"core/{group}/{path.name} imports the group(s) above it: {sorted(wrong)}"
+
+
+def test_the_shared_modules_of_core_import_no_group() -> None:
+    for path in sorted((PACKAGE / "core").glob("*.py")):
+        assert not _core_imports(path), f"core/{path.name} imports {sorted(_core_imports(path))}"
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    """A name with a leading underscore is its module's own: no other module of the package imports it."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                assert not private, f"{path.relative_to(PACKAGE)} imports private {private} from {node.module}"

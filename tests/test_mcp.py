@@ -26,8 +26,8 @@ from mcp_types import INVALID_PARAMS, CallToolResult
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from haki_context.app import create_app
-from haki_context.core import keys as core_keys
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving import keys as core_keys
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import keys as db_keys
 
 TOOLS = {"get_context", "remember", "assert_fact", "retract_fact", "explain", "replay"}

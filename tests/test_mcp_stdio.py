@@ -34,7 +34,7 @@ from test_mcp import (
     tool_schemas_scenario,
 )
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import embedded
 
 COMMAND = [sys.executable, "-m", "haki_context.cli", "mcp"]

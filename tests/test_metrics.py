@@ -15,8 +15,8 @@ from contextlib_helpers import assert_fact, context
 from prometheus_client.parser import text_string_to_metric_families
 
 from haki_context.app import create_app
-from haki_context.core.runtime import Runtime
-from haki_context.core.supervisor import Supervisor
+from haki_context.core.serving.runtime import Runtime
+from haki_context.core.serving.supervisor import Supervisor
 from haki_context.metrics import RestartLines
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

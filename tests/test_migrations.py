@@ -15,7 +15,7 @@ from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, record
 
 from haki_context.app import _apply_migrations
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import migrate
 
 # Tables about the database itself, not any tenant's data: they carry no project_id.

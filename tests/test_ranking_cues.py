@@ -8,8 +8,8 @@ import pytest
 from conftest import GraphQLClient, client_for, make_settings
 from contextlib_helpers import context, decisions
 
-from haki_context.core.runtime import Runtime
-from haki_context.core.temporal import DateCue, date_cue
+from haki_context.core.context.temporal import DateCue, date_cue
+from haki_context.core.serving.runtime import Runtime
 from haki_context.settings import RankingProfile, Settings
 
 

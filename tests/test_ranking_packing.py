@@ -5,9 +5,9 @@ from __future__ import annotations
 from conftest import client_for, make_settings
 from contextlib_helpers import assert_fact, context, decisions, record
 
+from haki_context.core.context.packing import pack_merged
 from haki_context.core.models import Decision, ReasonCode
-from haki_context.core.packing import pack_merged
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.settings import Packing, RankingProfile, Settings
 
 

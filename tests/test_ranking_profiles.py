@@ -10,7 +10,7 @@ import pytest
 from conftest import GraphQLClient, client_for, make_settings
 from contextlib_helpers import assert_fact, context, decisions, record
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.settings import EpisodeRanking, ExcerptFormat, FullTextRank, Packing, RankingProfile, Settings
 
 

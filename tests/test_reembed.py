@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from haki_context.core.embedder import Embedder, HashingEncoder
-from haki_context.core.runtime import open_pool
-from haki_context.core.space import reembed
+from haki_context.core.embedding.embedder import Embedder, HashingEncoder
+from haki_context.core.embedding.space import reembed
+from haki_context.core.serving.runtime import open_pool
 from haki_context.db import migrate
 from haki_context.settings import Settings
 
@@ -86,7 +86,7 @@ async def test_a_reembed_batch_gives_way_to_a_forget_holding_its_rows_in_another
 async def test_a_batch_that_keeps_giving_way_stops_the_command_with_its_reason(
     dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from haki_context.core import space
+    from haki_context.core.embedding import space
 
     monkeypatch.setattr(space, "_GIVE_UP_S", 0.3)
     embedder = Embedder(HashingEncoder())

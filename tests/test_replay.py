@@ -9,7 +9,7 @@ from typing import Any
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, context, record
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 REPLAY = """
 query($id: ID!, $with: ReplayOverrides, $persist: Boolean! = false, $now: Boolean! = false) {

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from haki_context.core.history.replay_diff import ChangeKind, diff
 from haki_context.core.models import Decision, ItemKind, ReasonCode
 from haki_context.core.packet import TraceDecision
-from haki_context.core.replay_diff import ChangeKind, diff
 
 
 def decision(item: str, rank: int | None, score: float | None = 0.5, **kw: object) -> TraceDecision:

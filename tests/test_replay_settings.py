@@ -13,10 +13,10 @@ import pytest
 from conftest import client_for, make_settings
 from contextlib_helpers import assert_fact, context, record
 
-from haki_context.core import settings_records
-from haki_context.core.embedder import Embedder, HashingEncoder
+from haki_context.core.context import settings_records
+from haki_context.core.embedding.embedder import Embedder, HashingEncoder
 from haki_context.core.errors import InvalidInput
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import settings_records as db_settings_records
 from haki_context.settings import PROFILES, LogLevel, RankingProfile, Settings
 
@@ -26,7 +26,7 @@ def test_every_setting_is_either_a_decision_setting_or_an_operational_one() -> N
     assert len(set(decision)) == len(decision) and len(set(operational)) == len(operational)
     assert not set(decision) & set(operational)
     assert set(decision) | set(operational) == set(Settings.model_fields), (
-        "classify the new setting in core/settings_records.py"
+        "classify the new setting in core/context/settings_records.py"
     )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from conftest import ProjectClient
 from contextlib_helpers import assert_fact, context
 
-from haki_context.core.runtime import Runtime
-from haki_context.core.traces import prune
+from haki_context.core.history.traces import prune
+from haki_context.core.serving.runtime import Runtime
 
 
 async def _age(runtime: Runtime, trace_id: str, days: int) -> None:

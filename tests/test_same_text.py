@@ -8,9 +8,9 @@ import uuid
 from conftest import GraphQLClient, ProjectClient, client_for, make_settings, new_project_key
 from contextlib_helpers import context, decisions, record, with_settings
 
+from haki_context.core.context.packing import pack_merged, pack_section, same_text
 from haki_context.core.models import Decision, ReasonCode
-from haki_context.core.packing import pack_merged, pack_section, same_text
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.settings import RankingProfile, Settings
 
 # The README's first session: two turns, recorded twice as a user running it twice does.

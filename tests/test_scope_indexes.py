@@ -12,10 +12,10 @@ import pytest
 from conftest import GraphQLClient, client_for, make_settings, open_runtime_for
 from contextlib_helpers import assert_fact, context, record
 
-from haki_context.core.assembler import search_params
-from haki_context.core.embedder import Embedder
-from haki_context.core.runtime import Runtime
-from haki_context.core.scope_indexes import OwnIndexHints, build_pending
+from haki_context.core.context.assembler import search_params
+from haki_context.core.embedding.embedder import Embedder
+from haki_context.core.serving.runtime import Runtime
+from haki_context.core.serving.scope_indexes import OwnIndexHints, build_pending
 from haki_context.db import migrate, retrieval, scope_indexes
 
 MIN_ROWS = 12

@@ -14,7 +14,7 @@ from conftest import ProjectClient, client_for
 from contextlib_helpers import assert_fact, context, record, with_settings
 
 from haki_context.core.models import ReasonCode
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import migrate
 from haki_context.db.traces import REASON_COLUMNS, STATS_SQL
 

@@ -8,7 +8,7 @@ from typing import Any
 from conftest import ProjectClient
 from contextlib_helpers import assert_fact, context, record
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 SERIES = """query($since: DateTime!, $until: DateTime, $bucket: StatsBucket!) {
   statsSeries(since: $since, until: $until, bucket: $bucket) {

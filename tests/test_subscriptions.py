@@ -22,9 +22,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from haki_context.app import create_app
-from haki_context.core import keys as core_keys
-from haki_context.core.live import LiveTraces
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving import keys as core_keys
+from haki_context.core.serving.live import LiveTraces
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import keys as db_keys
 from haki_context.db.traces import TRACE_CHANNEL
 

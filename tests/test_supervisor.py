@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from haki_context.app import _FailureLog
-from haki_context.core.supervisor import Supervisor
+from haki_context.core.serving.supervisor import Supervisor
 from haki_context.db import embedded
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a folder, not a package

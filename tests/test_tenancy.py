@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from conftest import GraphQLClient, client_for, make_settings
 
-from haki_context.core import keys as core_keys
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving import keys as core_keys
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db import keys as db_keys
 
 ASSERT = """

@@ -11,7 +11,7 @@ import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import assert_fact, with_settings
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 
 CONTEXT = """
 query($s: String!, $q: String!, $b: Int, $at: DateTime) {

@@ -9,7 +9,7 @@ from pathlib import Path
 import asyncpg
 from conftest import client_for
 
-from haki_context.core.runtime import Runtime
+from haki_context.core.serving.runtime import Runtime
 from haki_context.db.pool import init_connection
 
 

@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from haki_context.core.entities import entities, names, query_words
+from haki_context.core.context.entities import entities, names, query_words
+from haki_context.core.context.packing import episode_line, fact_line, pack_section, render, tokens
+from haki_context.core.context.scoring import Weights, components, recency
 from haki_context.core.errors import BudgetExceeded, InvalidInput
 from haki_context.core.limits import (
     DEFAULT_BUDGET,
@@ -25,8 +27,6 @@ from haki_context.core.limits import (
     try_parse_id,
 )
 from haki_context.core.models import Decision, ReasonCode
-from haki_context.core.packing import episode_line, fact_line, pack_section, render, tokens
-from haki_context.core.scoring import Weights, components, recency
 from haki_context.core.texts import MAX_CHUNK_CHARS, event_chunks, fact_text, served_excerpt, split_long_text
 from haki_context.settings import ExcerptFormat, Settings
 

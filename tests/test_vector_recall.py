@@ -21,9 +21,9 @@ import asyncpg
 import numpy as np
 import pytest
 
-from haki_context.core.embedder import HashingEncoder
-from haki_context.core.runtime import open_pool
-from haki_context.core.scope_indexes import build_pending
+from haki_context.core.embedding.embedder import HashingEncoder
+from haki_context.core.serving.runtime import open_pool
+from haki_context.core.serving.scope_indexes import build_pending
 from haki_context.db import migrate, retrieval, scope_indexes
 from haki_context.settings import Settings
 

@@ -53,7 +53,7 @@ class PacketStatus(str, enum.Enum):
 
 
 class EmptyReason(str, enum.Enum):
-    """Why a packet serves nothing (core/assembler.py decides which)."""
+    """Why a packet serves nothing (core/context/assembler.py decides which)."""
 
     NO_RELEVANT_MEMORY = "NO_RELEVANT_MEMORY"  # the recall gate set every candidate aside
     NO_MEMORY = "NO_MEMORY"  # the subject held nothing to consider (at the call's instant)

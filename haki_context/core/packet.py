@@ -95,7 +95,7 @@ class ContextTrace:
     facts_served: int
     episodes_served: int
     decisions: tuple[TraceDecision, ...] | None = None
-    # The settings record it ran under (core/settings_records.py); None before they were kept.
+    # The settings record it ran under (core/context/settings_records.py); None before they were kept.
     settings_id: str | None = None
     as_of: datetime | None = None  # the past instant a `context(asOf:)` call answered for
 

@@ -1,4 +1,4 @@
-"""SQL of exporting and importing a subject's memory (core/portability.py holds the format).
+"""SQL of exporting and importing a subject's memory (core/memory/portability.py holds the format).
 
 Export reads through server-side cursors in one REPEATABLE READ, READ ONLY transaction: every
 row comes from one snapshot (a fact and the fact that superseded it, a conflict set and its

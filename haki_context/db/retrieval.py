@@ -430,7 +430,7 @@ FROM blocked b
 
 # What an episode candidate reads of its chunk. `whole_turn`: the chunk is a turn and its event's
 # only chunk (one turn recorded as one event), so a fact citing that event cites exactly this
-# turn (core/packing.py, CITED_BY_FACT). An event's chunks are numbered from 0 without gaps, so
+# turn (core/context/packing.py, CITED_BY_FACT). An event's chunks are numbered from 0 without gaps, so
 # that is chunk 0 with no chunk 1: one primary-key probe per turn candidate.
 CHUNK_COLUMNS = """c.event_id, c.chunk, c.kind, c.occurred_at, c.excerpt, c.text, c.is_turn, c.speaker,
        c.is_turn AND c.chunk = 0

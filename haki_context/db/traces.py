@@ -118,7 +118,7 @@ FROM written w
 RETURNING persist_ms
 """
 
-# The same write announcing the trace to every process that listens (core/live.py): pg_notify in
+# The same write announcing the trace to every process that listens (core/serving/live.py): pg_notify in
 # the statement is queued in its transaction and delivered at its commit, so a listener never
 # hears of a trace it cannot read yet, and the call pays no round trip for it. The payload is
 # what a listener needs to route the event and nothing more; the trace is then read as any other.

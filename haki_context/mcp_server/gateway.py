@@ -21,9 +21,9 @@ from graphql import GraphQLSchema, build_schema
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolResult, TextContent
 
-from ..core.auth import Caller
 from ..core.errors import HakiError
-from ..core.runtime import Runtime
+from ..core.serving.auth import Caller
+from ..core.serving.runtime import Runtime
 from ..resolvers.context import build_context
 from ..schema.errors import domain_error, format_error
 from .operations import Operation

@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..core.admission import RETRY_AFTER_S
-from ..core.auth import Authenticator, authorization_of
 from ..core.errors import HakiError, Unauthenticated, Unavailable
+from ..core.serving.admission import RETRY_AFTER_S
+from ..core.serving.auth import Authenticator, authorization_of
 from ..schema.errors import domain_error
 from ..settings import Settings, is_loopback
 from .gateway import Gateway, Invocation

@@ -21,8 +21,8 @@ from pydantic import BaseModel, Field
 from pydantic.config import JsonDict
 
 from .. import __version__
-from ..core.auth import Scope
 from ..core.models import AssertMode, Volatility
+from ..core.serving.auth import Scope
 from .gateway import (
     Gateway,
     Invocation,

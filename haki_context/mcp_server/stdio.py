@@ -29,9 +29,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server as sdk_stdio_server
 
-from ..core.auth import Authenticator
 from ..core.errors import Unauthenticated
-from ..core.runtime import Runtime
+from ..core.serving.auth import Authenticator
+from ..core.serving.runtime import Runtime
 from ..schema import schema_for
 from ..settings import API_KEY_ENV, Settings
 from ..startup_errors import StartupError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.auth import Caller, Scope
-from ..core.runtime import Runtime
-from ..core.trace_write import TraceWrite
+from ..core.context.trace_write import TraceWrite
+from ..core.serving.auth import Caller, Scope
+from ..core.serving.runtime import Runtime
 from .loaders import Loaders, build_loaders
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..core import assembler, served, traces
+from ..core.context import assembler, served
+from ..core.history import traces
 from ..core.models import ItemKind, Page
 from ..core.packet import ContextPacket, ContextTrace, TraceDecision, TraceTimings
 from .context import PendingTrace, RequestContext
@@ -58,12 +59,12 @@ async def decisions(ctx: RequestContext, trace: ContextTrace) -> list[TraceDecis
 
 
 async def ranked(ctx: RequestContext, trace: ContextTrace, rows: list[TraceDecision]) -> list[TraceDecision]:
-    """A trace's decisions with their overall ranks (core/served.py)."""
+    """A trace's decisions with their overall ranks (core/context/served.py)."""
     return await served.ranked_decisions(ctx.rt, ctx.project_id, trace, rows)
 
 
 async def rendered(ctx: RequestContext, trace: ContextTrace) -> str | None:
-    """The text a trace's call served, rebuilt from its decisions (core/served.py)."""
+    """The text a trace's call served, rebuilt from its decisions (core/context/served.py)."""
     return await served.rendered_of(ctx.rt, ctx.project_id, trace, await decisions(ctx, trace))
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ..core.auth import Caller
 from ..core.errors import BadRequest
+from ..core.history.traces import traces_by_id
 from ..core.limits import check_subject_id
-from ..core.live import LiveTraces
 from ..core.packet import ContextTrace
-from ..core.runtime import Runtime
-from ..core.traces import traces_by_id
+from ..core.serving.auth import Caller
+from ..core.serving.live import LiveTraces
+from ..core.serving.runtime import Runtime
 from .context import RequestContext
 from .loaders import build_loaders
 

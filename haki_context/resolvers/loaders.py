@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from strawberry.dataloader import DataLoader
 
-from ..core import loading, traces
+from ..core.history import traces
+from ..core.memory import loading
 from ..core.models import ConflictSet, Event, Fact
 from ..core.packet import TraceDecision
-from ..core.runtime import Runtime
+from ..core.serving.runtime import Runtime
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..core import conflicts, erasure, events, facts
+from ..core.memory import conflicts, erasure, events, facts
 from ..core.models import AssertMode, ConflictSet, Event, Fact, FactAssertion, Volatility
 from .context import RequestContext
 

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from strawberry.dataloader import DataLoader
 
-from ..core import reads
+from ..core.memory import reads
 from ..core.models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Page
 from .context import RequestContext
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..core import replay as core_replay
-from ..core import settings_records
-from ..core.settings_records import SettingsRecord
+from ..core.context import settings_records
+from ..core.context.settings_records import SettingsRecord
+from ..core.history import replay as core_replay
 from .context import PendingTrace, RequestContext
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..core import traces
+from ..core.history import traces
 from .context import RequestContext
 
 

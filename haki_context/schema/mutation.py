@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import strawberry
 
-from ..core.auth import Scope
+from ..core.serving.auth import Scope
 from ..resolvers import mutations
 from .erasure import ForgetResultType
 from .inputs import EventInput, FactInput

@@ -67,7 +67,7 @@ class TraceDecision:
         " kind (facts, multi-hop facts, episodes), each kind in this order."
     )
     def overall_rank(self) -> int | None:
-        # `self` is the core's decision: core/served.py's RankedDecision carries the place, which
+        # `self` is the core's decision: core/context/served.py's RankedDecision carries the place, which
         # every list of decisions the API returns is given when this field is selected.
         return getattr(self, "overall_rank", None)
 

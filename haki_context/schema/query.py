@@ -8,9 +8,9 @@ from typing import Annotated
 
 import strawberry
 
-from ..core.auth import Scope
+from ..core.history.traces import StatsBucket
 from ..core.limits import DEFAULT_BUDGET
-from ..core.traces import StatsBucket
+from ..core.serving.auth import Scope
 from ..resolvers import context_query, queries, series
 from .enums import ConflictStatus, FactStatus
 from .observe import ObserveContext

@@ -10,10 +10,10 @@ from typing import Annotated, Any
 import strawberry
 from strawberry.scalars import JSON
 
-from ..core import replay as core_replay
-from ..core.auth import Scope
 from ..core.errors import InvalidInput
-from ..core.replay_diff import ChangeKind, ItemChange
+from ..core.history import replay as core_replay
+from ..core.history.replay_diff import ChangeKind, ItemChange
+from ..core.serving.auth import Scope
 from ..resolvers import replay as replay_resolvers
 from ..settings import DEPRECATED_PROFILES, RankingProfile
 from .enums import ItemKind

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import strawberry
 
-from ..core import traces
+from ..core.history import traces
+from ..core.history.traces import TracePhase
 from ..core.models import ReasonCode
-from ..core.traces import TracePhase
 from .packet import ReasonCodeCount
 
 strawberry.enum(traces.StatsBucket, description="The width of a series' buckets (UTC; weeks start on Monday).")

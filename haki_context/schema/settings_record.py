@@ -5,7 +5,7 @@ from __future__ import annotations
 import strawberry
 from strawberry.scalars import JSON
 
-from ..core.settings_records import SettingsRecord
+from ..core.context.settings_records import SettingsRecord
 
 
 @strawberry.type(

@@ -9,8 +9,8 @@ import strawberry
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
-from ..core.auth import Scope
 from ..core.errors import BadRequest
+from ..core.serving.auth import Scope
 from ..resolvers import live
 from .packet import ContextTrace
 

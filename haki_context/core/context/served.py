@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from ..db import served as db_served
-from ..settings import Packing, Settings
+from ...db import served as db_served
+from ...settings import Packing, Settings
+from ..models import Decision, ItemKind
+from ..packet import ContextTrace, TraceDecision
+from ..serving.runtime import Runtime
+from ..texts import served_excerpt
 from . import settings_records
-from .models import Decision, ItemKind
-from .packet import ContextTrace, TraceDecision
 from .packing import episode_line, fact_date, fact_line, render, tokens
-from .runtime import Runtime
-from .texts import served_excerpt
 
 
 @dataclass(slots=True)

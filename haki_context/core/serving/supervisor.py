@@ -14,8 +14,8 @@ import time
 
 import asyncpg
 
-from ..db.embedded import EmbeddedPostgres
-from ..db.health import ping
+from ...db.embedded import EmbeddedPostgres
+from ...db.health import ping
 
 log = logging.getLogger("haki_context.supervisor")
 

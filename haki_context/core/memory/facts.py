@@ -17,11 +17,11 @@ from typing import Any
 import asyncpg
 import orjson
 
-from ..db import conflicts as db_conflicts
-from ..db import events as db_events
-from ..db import facts as db_facts
-from .errors import IllegalTransition, InvalidInput, NotFound
-from .limits import (
+from ...db import conflicts as db_conflicts
+from ...db import events as db_events
+from ...db import facts as db_facts
+from ..errors import IllegalTransition, InvalidInput, NotFound
+from ..limits import (
     MAX_PAYLOAD_BYTES,
     MAX_PREDICATE_CHARS,
     check_confidence,
@@ -33,10 +33,10 @@ from .limits import (
     parse_id,
     parse_ids,
 )
-from .models import AssertMode, AssertOutcome, ConflictStatus, Fact, FactAssertion, FactStatus, Volatility
-from .records import conflict_from_row, fact_from_row, facts_or_none
-from .runtime import Runtime
-from .texts import fact_text
+from ..models import AssertMode, AssertOutcome, ConflictStatus, Fact, FactAssertion, FactStatus, Volatility
+from ..records import conflict_from_row, fact_from_row, facts_or_none
+from ..serving.runtime import Runtime
+from ..texts import fact_text
 
 
 @dataclass(frozen=True)

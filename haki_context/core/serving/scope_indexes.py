@@ -22,10 +22,10 @@ from collections import OrderedDict
 
 import asyncpg
 
-from ..db import scope_indexes as db_scope_indexes
-from ..db import scope_lexemes as db_scope_lexemes
-from ..db.scope_indexes import Scope
-from .progress import Progress
+from ...db import scope_indexes as db_scope_indexes
+from ...db import scope_lexemes as db_scope_lexemes
+from ...db.scope_indexes import Scope
+from ..progress import Progress
 
 log = logging.getLogger(__name__)
 

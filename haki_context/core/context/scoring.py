@@ -15,7 +15,7 @@ from datetime import datetime
 
 import numpy as np
 
-from ..settings import Settings
+from ...settings import Settings
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ DECISION_CHANGED (another decision or reason code). Two traces are identical whe
 changed, so a replay that reproduces a call gives an empty list.
 
 A SCORE_CHANGED item says why: which components moved and by how much (`score_why`). In a
-comparison with now, core/replay.py puts what changed in memory meanwhile in its place, where
+comparison with now, core/history/replay.py puts what changed in memory meanwhile in its place, where
 the memory tells.
 """
 
@@ -17,8 +17,8 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .models import Decision, ItemKind
-from .packet import TraceDecision
+from ..models import Decision, ItemKind
+from ..packet import TraceDecision
 
 # Score components compared, by their TraceDecision attribute.
 COMPONENTS = ("score", "similarity", "full_text", "recency", "distance")

@@ -4,7 +4,7 @@ The default encoder runs our int8 ONNX graph of all-MiniLM-L6-v2, shipped in
 `haki_context/models/` with its tokenizer and a manifest, on onnxruntime: serving
 needs no torch. The `minilm` (sentence-transformers on torch) and `onnx-fp32`
 (an fp32 export built on first use) providers need the `[torch]` extra, as does
-rebuilding the shipped graph (`core/model_build.py`). A deterministic hashing
+rebuilding the shipped graph (`core/embedding/model_build.py`). A deterministic hashing
 embedder serves tests that do not judge meaning. Encoding runs on one dedicated
 worker thread, off the event loop; identical query texts hit an LRU cache.
 """
@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ..settings import Settings, default
+from ...settings import Settings, default
 
 DIMENSIONS = 384
 
@@ -41,7 +41,7 @@ OnnxWeights = Literal["int8", "fp32"]  # int8: the shipped graph; fp32: an expor
 TORCH_EXTRA = "install the [torch] extra: pip install 'haki-context[torch]'"
 
 # The shipped model: graph, tokenizer and manifest (with the graph's sha256), plus the weights' licence.
-SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models"
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "models"
 SHIPPED_GRAPH = "all-MiniLM-L6-v2-int8.onnx"
 SHIPPED_TOKENIZER = "tokenizer.json"
 MANIFEST = "manifest.json"

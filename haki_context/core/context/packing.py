@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, NamedTuple, TypeVar
 
-from .models import Decision, ReasonCode
+from ..models import Decision, ReasonCode
 
 T = TypeVar("T")
 

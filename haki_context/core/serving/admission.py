@@ -21,8 +21,8 @@ import asyncio
 from collections import deque
 from types import TracebackType
 
-from ..settings import Settings
-from .errors import Unavailable
+from ...settings import Settings
+from ..errors import Unavailable
 
 # Seconds a refused client is told to wait before it retries (the Retry-After header).
 RETRY_AFTER_S = 1

@@ -36,22 +36,22 @@ from typing import Any, TypeVar
 import asyncpg
 import numpy as np
 
-from ..db import as_of as db_as_of
-from ..db import retrieval
-from ..settings import EpisodeRanking, Packing, Settings
-from .embedder import DIMENSIONS
+from ...db import as_of as db_as_of
+from ...db import retrieval
+from ...settings import EpisodeRanking, Packing, Settings
+from ..embedding.embedder import DIMENSIONS
+from ..limits import check_budget, check_subject_id, clean_query
+from ..models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
+from ..packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
+from ..serving.runtime import Runtime
+from ..texts import served_excerpt
 from .entities import entities, names, query_words
-from .history import check_as_of
-from .limits import check_budget, check_subject_id, clean_query
-from .models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
-from .packet import ContextPacket, ContextTrace, DecisionCounts, Episode, PacketFact, TraceDecision, TraceTimings
+from .instants import check_as_of
 from .packing import Section, episode_line, fact_date, fact_line, pack_merged, pack_section, render, same_text, tokens
-from .runtime import Runtime
 from .scoring import Components, Weights, best_neighbours, components, past_recall_gate
 from .settings_records import SettingsRecord
 from .settings_records import record_of as settings_record
 from .temporal import date_cue
-from .texts import served_excerpt
 from .trace_write import TraceWrite
 
 R = TypeVar("R")

@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from ..db import traces as db_traces
-from .errors import InvalidInput
-from .limits import check_aware, check_page_size, check_subject_id
-from .loading import by_id
-from .models import Page, ReasonCode
-from .packet import ContextTrace, TraceDecision
-from .pagination import decode_cursor, encode_cursor
-from .records import decision_from_row, trace_from_row
-from .runtime import Runtime
+from ...db import traces as db_traces
+from ..errors import InvalidInput
+from ..limits import check_aware, check_page_size, check_subject_id
+from ..memory.loading import by_id
+from ..models import Page, ReasonCode
+from ..packet import ContextTrace, TraceDecision
+from ..pagination import decode_cursor, encode_cursor
+from ..records import decision_from_row, trace_from_row
+from ..serving.runtime import Runtime
 
 
 async def traces_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[ContextTrace | None]:

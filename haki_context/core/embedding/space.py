@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
-from ..db import meta
+from ...db import meta
+from ..progress import Progress
 from .embedder import Embedder
-from .progress import Progress
 
 # The tables holding vectors, re-embedded in this order (constants: never user text in SQL).
 _TABLES = ("facts", "episode_chunks")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ..db import traces as db_traces
-from .packet import ContextTrace
-from .runtime import Runtime
+from ...db import traces as db_traces
+from ..packet import ContextTrace
+from ..serving.runtime import Runtime
 from .settings_records import SettingsRecord, ensure_written
 
 

@@ -189,7 +189,7 @@ def build_shipped_model(out_dir: Path, *, extra_texts: Sequence[str] = ()) -> di
             },
             "build": {
                 "command": BUILD_COMMAND,
-                "function": "haki_context.core.model_build.build_shipped_model",
+                "function": "haki_context.core.embedding.model_build.build_shipped_model",
                 "opset": OPSET,
                 "matmul": f"int8 weights in blocks of {INT8_BLOCK}, int8 activations per token (MatMulNBits)",
                 "word_embeddings": "int8, one fp32 scale per row (Gather, Cast, Mul)",

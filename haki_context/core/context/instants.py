@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ..db import as_of as db_as_of
-from .errors import InvalidInput
-from .limits import check_aware
-from .runtime import Runtime
+from ...db import as_of as db_as_of
+from ..errors import InvalidInput
+from ..limits import check_aware
+from ..serving.runtime import Runtime
 
 _STARTS: dict[str, datetime] = {}
 _MOST_STARTS = 10_000

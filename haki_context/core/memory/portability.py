@@ -41,13 +41,11 @@ from typing import Any
 import asyncpg
 import orjson
 
-from ..db import events as db_events
-from ..db import portability as db_portability
-from ..db import subject_locks
-from .auth import Caller, Scope
-from .errors import InvalidInput
-from .facts import value_hash
-from .limits import (
+from ...db import events as db_events
+from ...db import portability as db_portability
+from ...db import subject_locks
+from ..errors import InvalidInput
+from ..limits import (
     MAX_KIND_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_PREDICATE_CHARS,
@@ -61,9 +59,11 @@ from .limits import (
     check_validity,
     parse_id,
 )
-from .models import ConflictStatus, FactEndReason, FactStatus, Volatility
-from .runtime import Runtime
-from .texts import event_chunks, event_excerpt, fact_text
+from ..models import ConflictStatus, FactEndReason, FactStatus, Volatility
+from ..serving.auth import Caller, Scope
+from ..serving.runtime import Runtime
+from ..texts import event_chunks, event_excerpt, fact_text
+from .facts import value_hash
 
 FORMAT = "haki-context/subject"
 VERSION = 1

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..db import keys as db_keys
-from .errors import Forbidden, InvalidInput, Unauthenticated
+from ...db import keys as db_keys
+from ..errors import Forbidden, InvalidInput, Unauthenticated
 from .keys import hash_key
 from .runtime import Runtime
 

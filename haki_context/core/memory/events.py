@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..db import events as db_events
-from ..db import subject_locks
-from .errors import InvalidInput
-from .limits import (
+from ...db import events as db_events
+from ...db import subject_locks
+from ..errors import InvalidInput
+from ..limits import (
     MAX_BATCH,
     MAX_KIND_CHARS,
     MAX_PAYLOAD_BYTES,
@@ -21,9 +21,9 @@ from .limits import (
     check_subject_id,
     check_text,
 )
-from .models import Event
-from .runtime import Runtime
-from .texts import event_chunks, event_excerpt
+from ..models import Event
+from ..serving.runtime import Runtime
+from ..texts import event_chunks, event_excerpt
 
 
 @dataclass(frozen=True)

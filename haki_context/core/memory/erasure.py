@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from ..db import erasure as db_erasure
-from ..db import subject_locks
-from .auth import Caller, Scope
-from .limits import check_subject_id
+from ...db import erasure as db_erasure
+from ...db import subject_locks
+from ..limits import check_subject_id
+from ..serving.auth import Caller, Scope
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ async def forget_subject(pool: asyncpg.Pool, caller: Caller, subject_id: str) ->
 async def _drop_scope_indexes(conn: asyncpg.Connection, project_id: str, subject_id: str) -> int:
     """Drop the subject's own vector indexes, if it had any. Their rows are deleted already, so a
     drop that fails (a database restart) loses nothing: the index builder's next pass drops
-    indexes no scope owns any more (core/scope_indexes.py)."""
+    indexes no scope owns any more (core/serving/scope_indexes.py)."""
     try:
         return await db_erasure.drop_scope_indexes(conn, db_erasure.scope_index_names(project_id, subject_id))
     except (asyncpg.PostgresError, OSError) as exc:

@@ -7,13 +7,13 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from ..db import conflicts as db_conflicts
-from ..db import events as db_events
-from ..db import facts as db_facts
-from .limits import try_parse_id
-from .models import ConflictSet, Event, Fact
-from .records import conflicts_or_none, events_or_none, facts_or_none
-from .runtime import Runtime
+from ...db import conflicts as db_conflicts
+from ...db import events as db_events
+from ...db import facts as db_facts
+from ..limits import try_parse_id
+from ..models import ConflictSet, Event, Fact
+from ..records import conflicts_or_none, events_or_none, facts_or_none
+from ..serving.runtime import Runtime
 
 T = TypeVar("T")
 

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from ..db import conflicts as db_conflicts
-from ..db import facts as db_facts
-from .errors import IllegalTransition, InvalidInput, NotFound
-from .limits import MAX_CONFLICT_FACTS, MIN_CONFLICT_FACTS, check_optional_reason, parse_id, parse_ids
-from .models import ConflictSet, ConflictStatus, FactStatus
-from .records import conflict_from_row, conflict_or_none, conflicts_or_none, facts_or_none
-from .runtime import Runtime
+from ...db import conflicts as db_conflicts
+from ...db import facts as db_facts
+from ..errors import IllegalTransition, InvalidInput, NotFound
+from ..limits import MAX_CONFLICT_FACTS, MIN_CONFLICT_FACTS, check_optional_reason, parse_id, parse_ids
+from ..models import ConflictSet, ConflictStatus, FactStatus
+from ..records import conflict_from_row, conflict_or_none, conflicts_or_none, facts_or_none
+from ..serving.runtime import Runtime
 
 
 async def open_conflict(rt: Runtime, project_id: str, raw_ids: list[str], reason: str | None) -> ConflictSet:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..db import conflicts as db_conflicts
-from ..db import events as db_events
-from ..db import facts as db_facts
-from .limits import check_page_size, check_subject_id, try_parse_id
-from .models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Page
-from .pagination import decode_cursor, encode_cursor
-from .records import conflict_from_row, event_from_row, events_or_none, fact_from_row, facts_or_none
-from .runtime import Runtime
+from ...db import conflicts as db_conflicts
+from ...db import events as db_events
+from ...db import facts as db_facts
+from ..limits import check_page_size, check_subject_id, try_parse_id
+from ..models import ConflictSet, ConflictStatus, Event, Fact, FactStatus, Page
+from ..pagination import decode_cursor, encode_cursor
+from ..records import conflict_from_row, event_from_row, events_or_none, fact_from_row, facts_or_none
+from ..serving.runtime import Runtime
 
 
 async def fact(rt: Runtime, project_id: str, raw_id: str) -> Fact | None:

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from ..db import notify as db_notify
+from ...db import notify as db_notify
+from ..errors import Unavailable
 from .auth import Caller
-from .errors import Unavailable
 
 log = logging.getLogger("haki_context.live")
 

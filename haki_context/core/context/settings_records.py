@@ -23,11 +23,11 @@ import asyncpg
 import orjson
 from pydantic import ValidationError
 
-from ..db import settings_records as db_settings_records
-from ..settings import PROFILES, RankingProfile, Settings
-from .embedder import Embedder
-from .errors import InvalidInput
-from .runtime import Runtime
+from ...db import settings_records as db_settings_records
+from ...settings import PROFILES, RankingProfile, Settings
+from ..embedding.embedder import Embedder
+from ..errors import InvalidInput
+from ..serving.runtime import Runtime
 
 # Settings that change which items a call considers, how it scores them or what it keeps.
 DECISION_SETTINGS = (

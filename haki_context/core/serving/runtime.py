@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from ..db.embedded import EmbeddedPostgres
-from ..db.pool import create_pool
-from ..settings import Settings
+from ...db.embedded import EmbeddedPostgres
+from ...db.pool import create_pool
+from ...settings import Settings
+from ..embedding.embedder import Embedder
 from .admission import Admission
-from .embedder import Embedder
 from .scope_indexes import OwnIndexHints
 
 
@@ -19,7 +19,7 @@ class Runtime:
     """Process-wide resources, opened by the app's lifespan.
 
     The server itself holds no state: `own_indexes` is a hint for choosing
-    statement texts, which every statement checks (core/scope_indexes.py).
+    statement texts, which every statement checks (core/serving/scope_indexes.py).
     """
 
     pool: asyncpg.Pool

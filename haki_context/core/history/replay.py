@@ -2,7 +2,7 @@
 
 A replay asks the stored call's question (its subject, query and budget) of the memory as it
 stood at the call's own instant (its `asOf`, else its `createdAt`), under the settings record
-the call ran under, and compares the new decisions with the stored ones (core/replay_diff.py).
+the call ran under, and compares the new decisions with the stored ones (core/history/replay_diff.py).
 Without overrides it reproduces the stored decisions, except where the stored call used a
 scope's approximate index and the exact scan a replay makes finds other rows (db/as_of.py).
 Overrides change the budget, the ranking profile, any decision setting, or take the server's
@@ -21,18 +21,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..db import events as db_events
-from ..db import facts as db_facts
-from ..settings import RankingProfile
-from . import assembler, served, settings_records
-from .errors import NotFound
-from .limits import try_parse_id
-from .models import Decision, Event, Fact, FactEndReason, ItemKind, ReasonCode
-from .packet import ContextTrace
-from .records import events_or_none, facts_or_none
+from ...db import events as db_events
+from ...db import facts as db_facts
+from ...settings import RankingProfile
+from ..context import assembler, served, settings_records
+from ..context.settings_records import SettingsRecord
+from ..errors import NotFound
+from ..limits import try_parse_id
+from ..models import Decision, Event, Fact, FactEndReason, ItemKind, ReasonCode
+from ..packet import ContextTrace
+from ..records import events_or_none, facts_or_none
+from ..serving.runtime import Runtime
 from .replay_diff import ItemChange, TraceDiff, diff
-from .runtime import Runtime
-from .settings_records import SettingsRecord
 from .traces import decisions_by_trace, traces_by_id
 
 
