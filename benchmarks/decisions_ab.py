@@ -30,7 +30,10 @@ _SIDE = r"""
 import asyncio, itertools, json, sys
 sys.path.insert(0, sys.argv[1])
 from haki_context.app import open_runtime
-from haki_context.core.context.assembler import assemble
+try:  # where the pipeline lives; a revision from before core/ was grouped holds it in core/assembler.py
+    from haki_context.core.context.assembler import start_assembly
+except ImportError:
+    from haki_context.core.assembler import start_assembly
 from haki_context.settings import Settings
 from benchmarks import latency_texts
 from benchmarks.latency_common import PROJECT, SUBJECT
@@ -41,7 +44,10 @@ async def main():
     out = []
     async with stack:
         for q in itertools.islice(latency_texts.questions(seed=int(sys.argv[4])), int(sys.argv[3])):
-            packet = await assemble(rt, PROJECT, SUBJECT, q, 900)
+            assembly = await start_assembly(rt, PROJECT, SUBJECT, q, 900)
+            write = getattr(assembly, "write", None)  # an older revision's Assembly holds the future itself
+            await (write.committed() if write is not None else assembly.written)
+            packet = assembly.packet
             out.append([[d.item_kind.value, d.item_id, d.chunk, d.decision.value, d.reason_code.value, d.rank,
                          d.score, d.similarity, d.full_text, d.recency, d.distance] for d in packet.trace.decisions])
     json.dump(out, sys.stdout)

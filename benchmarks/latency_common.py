@@ -8,12 +8,16 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from haki_context.core.context.assembler import start_assembly, written_timings
+from haki_context.core.packet import ContextPacket
+from haki_context.core.serving.runtime import Runtime
 
 from . import latency_texts
 
@@ -112,3 +116,12 @@ class Questions:
     def take(self, k: int) -> list[str]:
         self.used += k
         return list(itertools.islice(self._it, k))
+
+
+async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None) -> ContextPacket:
+    """One whole `context` call in process, as the harnesses time it: the packet assembled and its
+    trace committed (the timings completed by the write's duration)."""
+    assembly = await start_assembly(rt, project_id, subject_id, query, budget)
+    persist_ms = await assembly.write.committed()
+    trace = assembly.packet.trace
+    return replace(assembly.packet, trace=replace(trace, timings=written_timings(trace.timings, persist_ms)))

@@ -12,12 +12,11 @@ from typing import Any
 import httpx
 import numpy as np
 
-from haki_context.core.context.assembler import assemble
 from haki_context.core.serving.runtime import Runtime
 from haki_context.core.texts import event_chunks
 
 from . import latency_texts
-from .latency_common import INGEST_SUBJECT, PROJECT, SUBJECT, Config, Questions, dist, ms_since
+from .latency_common import INGEST_SUBJECT, PROJECT, SUBJECT, Config, Questions, assemble, dist, ms_since
 from .latency_server import AGENT_QUERY, DEBUG_QUERY, RECORD_EVENTS, Server, graphql, server_side, trace_rows
 from .lean_http import LeanClient
 

@@ -62,7 +62,15 @@ async def measure(url: str, fetches: list[int], ef_search: int, queries: int, wo
             for fetch in fetches:
                 facts, chunks, ms = [], [], []
                 for v, ef, ec in zip(vectors, exact_f, exact_c):
-                    p = assembler.search_params(s, PROJECT, SUBJECT, v, "", now, own_index_tables=OWN_INDEX)
+                    p = assembler.search_params(
+                        s,
+                        project_id=PROJECT,
+                        subject_id=SUBJECT,
+                        vector=v,
+                        query="",
+                        now=now,
+                        own_index_tables=OWN_INDEX,
+                    )
                     p = dataclasses.replace(p, hnsw_fetch=fetch)
                     t = time.perf_counter()
                     found = await retrieval.fact_candidates(conn, p, s.retrieval_top_k, s.blocked_trace_limit)

@@ -94,7 +94,9 @@ async def test_words_of_any_shape_are_found_in_their_own_scope_only(
     vector = await runtime.embedder.embed_query("plain filler sentence")
 
     async def candidates(scope: str, query: str) -> set[str]:
-        params = search_params(runtime.settings, "default", scope, vector, query, datetime.now(UTC))
+        params = search_params(
+            runtime.settings, project_id="default", subject_id=scope, vector=vector, query=query, now=datetime.now(UTC)
+        )
         async with runtime.pool.acquire() as conn:
             found = await retrieval.fact_candidates(conn, params, 1, 0)
         return {row.id for row, _ in found.candidates}

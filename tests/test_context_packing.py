@@ -85,9 +85,9 @@ async def test_multi_hop_statement_is_sent_before_the_episodes_are_scored(
     events: list[str] = []
     multi_hop, score_chunks = retrieval.multi_hop, assembler._chunks
 
-    async def hop(*args: Any) -> Any:
+    async def hop(*args: Any, **kwargs: Any) -> Any:
         events.append("multi-hop sent")
-        return await multi_hop(*args)
+        return await multi_hop(*args, **kwargs)
 
     def chunks(*args: Any) -> Any:
         events.append("episodes scored")

@@ -100,3 +100,20 @@ def test_no_private_name_is_imported_across_modules() -> None:
             if isinstance(node, ast.ImportFrom):
                 private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 assert not private, f"{path.relative_to(PACKAGE)} imports private {private} from {node.module}"
+
+
+# Functions a framework calls by its own rules: the MCP SDK builds a tool's published input schema
+# from its signature (mcp_server/server.py).
+POSITIONAL_ALLOWED = {("mcp_server/server.py", "assert_fact")}
+
+
+def test_a_function_of_more_than_five_values_takes_the_rest_by_name() -> None:
+    """asyncpg's rule: past the first few, a long signature's values are keyword-only, so a call
+    names what each value binds to."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                positional = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(positional) > 5 and (where, node.name) not in POSITIONAL_ALLOWED:
+                    raise AssertionError(f"{where}:{node.lineno} {node.name} takes {len(positional)} values by position")

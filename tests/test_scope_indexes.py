@@ -223,11 +223,11 @@ async def test_scope_ids_that_look_like_sql_are_only_data(scoped: Runtime, sclie
     # Now the scope's own statement text, which names it with constants.
     params = search_params(
         scoped.settings,
-        PROJECT,
-        hostile,
-        np.zeros(384, np.float32),
-        "q",
-        datetime.now(UTC),
+        project_id=PROJECT,
+        subject_id=hostile,
+        vector=np.zeros(384, np.float32),
+        query="q",
+        now=datetime.now(UTC),
         own_index_tables=scoped.own_indexes.tables(PROJECT, hostile),
     )
     sql = retrieval.candidates_text("facts", params)
@@ -299,7 +299,9 @@ async def test_a_listed_lexeme_weighs_what_counting_its_rows_gives(scoped: Runti
     assert {"topic", "valu"} <= set(await _listed(scoped, "weights"))
     query = "zebra value topic 2"
     vector = await scoped.embedder.embed_query(query)
-    params = search_params(scoped.settings, PROJECT, "weights", vector, query, datetime.now(UTC))
+    params = search_params(
+        scoped.settings, project_id=PROJECT, subject_id="weights", vector=vector, query=query, now=datetime.now(UTC)
+    )
 
     async def scores() -> dict[str, float]:
         async with scoped.pool.acquire() as conn:
@@ -323,11 +325,18 @@ async def test_multi_hop_does_not_follow_an_entity_the_scope_lists_as_common(
     await assert_fact(sclient, "hops", "fact_rare", "a zebra about topic 2", mode="ADD")
     query = "zebra"
     vector = await scoped.embedder.embed_query(query)
-    params = search_params(scoped.settings, PROJECT, "hops", vector, query, datetime.now(UTC))
+    params = search_params(
+        scoped.settings, project_id=PROJECT, subject_id="hops", vector=vector, query=query, now=datetime.now(UTC)
+    )
 
     async def hop(entity: str) -> list[str]:
         async with scoped.pool.acquire() as conn:
-            return [row.id for _, row in await retrieval.multi_hop(conn, params, [entity], [], 5, 100)]
+            return [
+                row.id
+                for _, row in await retrieval.multi_hop(
+                    conn, params, [entity], exclude_ids=[], per_entity=5, read_rows=100
+                )
+            ]
 
     assert len(await hop("Topic")) == 5  # not listed yet: followed
     await build_pending(scoped.pool, MIN_ROWS, lexeme_rows=5)

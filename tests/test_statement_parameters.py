@@ -119,7 +119,12 @@ async def test_every_call_sends_each_parameter_its_named_value(rank: str, own: f
         await statements.fact_candidates(conn, p, counts["top_k"], counts["blocked_limit"])
         await statements.episode_candidates(conn, p, counts["vector_k"], counts["text_k"])
         await statements.multi_hop(
-            conn, p, counts["entities"], counts["exclude_ids"], counts["per_entity"], counts["read_rows"]
+            conn,
+            p,
+            counts["entities"],
+            exclude_ids=counts["exclude_ids"],
+            per_entity=counts["per_entity"],
+            read_rows=counts["read_rows"],
         )
         expected = [counts] * 3
         if statements is retrieval.LIVE:

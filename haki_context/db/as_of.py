@@ -254,9 +254,9 @@ def _episode_candidates_sql(P: Parameters, rank: str) -> str:
         P,
         "episode_chunks",
         "c",
-        f"{text_scope(P, 'c')} AND {_SEEN.format(a='c')}",
-        "@event_id, @chunk",
-        P.text_k,
+        scope=f"{text_scope(P, 'c')} AND {_SEEN.format(a='c')}",
+        key="@event_id, @chunk",
+        k=P.text_k,
     )
     return f"""
 WITH too_new_events AS MATERIALIZED (
@@ -372,6 +372,7 @@ async def multi_hop(
     conn: asyncpg.Connection,
     p: SearchParams,
     entities: list[str],
+    *,
     exclude_ids: list[str],
     per_entity: int,
     read_rows: int,

@@ -64,7 +64,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 import numpy as np
@@ -251,7 +251,7 @@ class FullTextPart:
     rank_expr: str
 
 
-def _cover_density(P: Parameters, table: str, alias: str, scope: str, key: str, k: str) -> FullTextPart:
+def _cover_density(P: Parameters, table: str, alias: str, *, scope: str, key: str, k: str) -> FullTextPart:
     """ts_rank_cd of the OR of the query's lexemes (the classic profile's rank): every matching row is read
     (it takes no parameter of its own)."""
     rank = f"ts_rank_cd({alias}.search_vector, tq.q)"
@@ -265,7 +265,7 @@ def _cover_density(P: Parameters, table: str, alias: str, scope: str, key: str, 
     )
 
 
-def _idf(P: Parameters, table: str, alias: str, scope: str, key: str, k: str) -> FullTextPart:
+def _idf(P: Parameters, table: str, alias: str, *, scope: str, key: str, k: str) -> FullTextPart:
     """The share of the query's idf mass a row holds: each query lexeme found in the scope
     weighs ln(1 + (n - df + 0.5) / (df + 0.5)) (BM25's idf; df = the scope's rows holding
     it, n = the scope's size), a row ranks sum(weights it holds) / sum(all weights), 0..1.
@@ -310,7 +310,13 @@ lexical AS (
 
 # A rank builds its part from the statement's parameters, the table and its alias, the rows' scope
 # (`scope`), their key columns (`key`, '@' standing for the alias) and the rendered k of its top.
-FULL_TEXT_RANKS: dict[str, Callable[[Parameters, str, str, str, str, str], FullTextPart]] = {
+class FullTextRank(Protocol):
+    """How a full-text rank builds its part of a statement."""
+
+    def __call__(self, P: Parameters, table: str, alias: str, *, scope: str, key: str, k: str) -> FullTextPart: ...
+
+
+FULL_TEXT_RANKS: dict[str, FullTextRank] = {
     "cover_density": _cover_density,
     "idf": _idf,
 }
@@ -320,7 +326,7 @@ FULL_TEXT_RANKS: dict[str, Callable[[Parameters, str, str, str, str, str], FullT
 RANK_PARAMETERS: dict[str, tuple[str, ...]] = {"cover_density": (), "idf": ("lexeme_rows",)}
 
 
-def _own_index_union(P: Parameters, table: str, alias: str, key: str, where: str, k: str) -> str:
+def _own_index_union(P: Parameters, table: str, alias: str, *, key: str, where: str, k: str) -> str:
     """A scope's vector top k through its own indexes (see "Vector search plan"): the HNSW scan,
     over-fetched, united with the IVFFlat scan's top _IVF_ROWS where that index exists, re-sorted
     by exact distance. `key`: the row's key columns, '@' standing for the alias; `where`: the
@@ -356,9 +362,9 @@ vec AS (
         P,
         "facts",
         "f",
-        "@id",
-        f"f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_fact_live(P)} AND f.open_conflict_id IS NULL",
-        P.top_k,
+        key="@id",
+        where=f"f.project_id = {_PROJECT} AND f.subject_id = {_SUBJECT} AND {_fact_live(P)} AND f.open_conflict_id IS NULL",
+        k=P.top_k,
     )
 
 
@@ -376,9 +382,9 @@ vec AS (
         P,
         "episode_chunks",
         "c",
-        "@event_id, @chunk",
-        f"c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}",
-        P.vector_k,
+        key="@event_id, @chunk",
+        where=f"c.project_id = {_PROJECT} AND c.subject_id = {_SUBJECT}",
+        k=P.vector_k,
     )
 
 
@@ -397,9 +403,9 @@ def _fact_candidates_sql(P: Parameters, rank: str, plan: str) -> str:
         P,
         "facts",
         "f",
-        f"{text_scope(P, 'f')} AND {_fact_live(P)} AND f.open_conflict_id IS NULL",
-        "@id",
-        P.top_k,
+        scope=f"{text_scope(P, 'f')} AND {_fact_live(P)} AND f.open_conflict_id IS NULL",
+        key="@id",
+        k=P.top_k,
     )
     return f"""
 WITH {_size(P, "facts", "fact_rows", k=P.top_k)},
@@ -457,7 +463,9 @@ def chunk_row(r: asyncpg.Record) -> ChunkRow:
 
 def _episode_candidates_sql(P: Parameters, rank: str, plan: str) -> str:
     """The episode candidates statement (parameters: EPISODE_PARAMETERS, then the rank's)."""
-    lexical = FULL_TEXT_RANKS[rank](P, "episode_chunks", "c", text_scope(P, "c"), "@event_id, @chunk", P.text_k)
+    lexical = FULL_TEXT_RANKS[rank](
+        P, "episode_chunks", "c", scope=text_scope(P, "c"), key="@event_id, @chunk", k=P.text_k
+    )
     return f"""
 WITH {_size(P, "episode_chunks", "chunk_rows", k=P.vector_k)},
 {lexical.ctes}
@@ -746,6 +754,7 @@ async def multi_hop(
     conn: asyncpg.Connection,
     p: SearchParams,
     entities: list[str],
+    *,
     exclude_ids: list[str],
     per_entity: int,
     read_rows: int,
@@ -759,6 +768,21 @@ async def multi_hop(
     return [(r["entity"], fact_row(r)) for r in rows]
 
 
+class MultiHop(Protocol):
+    """The one-hop statement's function (`multi_hop` of this module or of db/as_of.py)."""
+
+    def __call__(
+        self,
+        conn: asyncpg.Connection,
+        p: SearchParams,
+        entities: list[str],
+        *,
+        exclude_ids: list[str],
+        per_entity: int,
+        read_rows: int,
+    ) -> Awaitable[list[tuple[str, FactRow]]]: ...
+
+
 @dataclass(frozen=True)
 class CandidateStatements:
     """The assembler's three statements as one set, chosen once per call: `LIVE` (this module's)
@@ -768,9 +792,7 @@ class CandidateStatements:
     name: str
     fact_candidates: Callable[[asyncpg.Connection, SearchParams, int, int], Awaitable[FactCandidates]]
     episode_candidates: Callable[[asyncpg.Connection, SearchParams, int, int], Awaitable[EpisodeCandidates]]
-    multi_hop: Callable[
-        [asyncpg.Connection, SearchParams, list[str], list[str], int, int], Awaitable[list[tuple[str, FactRow]]]
-    ]
+    multi_hop: MultiHop
 
 
 LIVE = CandidateStatements("live", fact_candidates, episode_candidates, multi_hop)

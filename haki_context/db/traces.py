@@ -259,6 +259,7 @@ async def decisions_for(conn: asyncpg.Connection, project_id: str, trace_ids: li
 async def page_traces(
     conn: asyncpg.Connection,
     project_id: str,
+    *,
     subject_id: str | None,
     since: datetime | None,
     limit: int,

@@ -62,7 +62,7 @@ class Assembly:
     """A context packet and the write of its trace: the packet may be served only once
     `write.committed()` has ended well (a packet is never served without its trace)."""
 
-    packet: ContextPacket  # its trace's persist_ms is 0 and total_ms lacks the write: see with_write
+    packet: ContextPacket  # its trace's persist_ms is 0 and total_ms lacks the write: see written_timings
     write: TraceWrite
 
 
@@ -110,17 +110,6 @@ async def start_assembly(
     return Assembly(packet, await TraceWrite.start(rt, project_id=project_id, trace=trace, record=call.record))
 
 
-async def assemble(rt: Runtime, project_id: str, subject_id: str, query: str, budget: int | None) -> ContextPacket:
-    """Assemble the packet and wait for its trace to commit (benchmarks time a whole call so)."""
-    assembly = await start_assembly(rt, project_id, subject_id, query, budget)
-    return with_write(assembly.packet, await assembly.write.committed())
-
-
-def with_write(packet: ContextPacket, persist_ms: float) -> ContextPacket:
-    """`packet` with its trace's timings completed by the write's duration."""
-    return replace(packet, trace=replace(packet.trace, timings=written_timings(packet.trace.timings, persist_ms)))
-
-
 def written_timings(timings: TraceTimings, persist_ms: float) -> TraceTimings:
     """A trace's timings once its write took `persist_ms` (total_ms includes it, as stored)."""
     return replace(timings, persist_ms=persist_ms, total_ms=timings.total_ms + persist_ms)
@@ -133,12 +122,12 @@ def episode_candidates(s: Settings, budget: int) -> int:
 
 def search_params(
     s: Settings,
+    *,
     project_id: str,
     subject_id: str,
     vector: np.ndarray,
     query: str,
     now: datetime,
-    *,
     own_index_tables: frozenset[str] = frozenset(),
 ) -> retrieval.SearchParams:
     """What every retrieval statement of one call shares (benchmarks build the same);
@@ -164,7 +153,7 @@ async def warm_connections(pool: asyncpg.Pool, s: Settings) -> None:
     """Plan the retrieval statements on the pool's `pool_min_size` connections (db/retrieval.warm),
     held at once so that they are different ones: the first calls after a start find them planned."""
     vector = np.full(DIMENSIONS, DIMENSIONS**-0.5, dtype=np.float32)  # any unit vector
-    params = search_params(s, "", "", vector, "warm up", datetime.now(UTC))
+    params = search_params(s, project_id="", subject_id="", vector=vector, query="warm up", now=datetime.now(UTC))
     conns = []
     try:
         for _ in range(s.pool_min_size):
@@ -229,7 +218,15 @@ async def understand(
         now=now,
         as_of=None if as_of is None else now,
         statements=retrieval.LIVE if as_of is None else db_as_of.AT_INSTANT,
-        params=search_params(s, project_id, subject_id, vector, query, now, own_index_tables=own_index_tables),
+        params=search_params(
+            s,
+            project_id=project_id,
+            subject_id=subject_id,
+            vector=vector,
+            query=query,
+            now=now,
+            own_index_tables=own_index_tables,
+        ),
         settings=s,
         weights=Weights.from_settings(s),
         episode_k=episode_candidates(s, budget),
@@ -272,7 +269,12 @@ class Gathering:
         self._hops = self.spawn(
             self._on_conn(
                 lambda conn: statements.multi_hop(
-                    conn, p, entity_names, decided, s.multi_hop_max_per_entity, s.multi_hop_read_rows
+                    conn,
+                    p,
+                    entity_names,
+                    exclude_ids=decided,
+                    per_entity=s.multi_hop_max_per_entity,
+                    read_rows=s.multi_hop_read_rows,
                 )
             )
         )

@@ -51,7 +51,9 @@ async def traces_page(
     size = check_page_size(first, 20)
     key = decode_cursor(after)
     async with rt.pool.acquire() as conn:
-        rows = await db_traces.page_traces(conn, project_id, subject_id, since, size + 1, key)
+        rows = await db_traces.page_traces(
+            conn, project_id, subject_id=subject_id, since=since, limit=size + 1, after=key
+        )
     traces = [trace_from_row(r) for r in rows]
     return Page([(encode_cursor(t.created_at, t.id), t) for t in traces[:size]], len(traces) > size)
 
