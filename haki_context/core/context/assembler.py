@@ -92,12 +92,12 @@ async def start_assembly(
         gathering = Gathering(rt, call, spawn)
         found = await gathering.facts()
         with clock.deciding():
-            facts = decide_facts(found, call)
-            hop_names = _hop_names(facts.section, call)
-        await gathering.send_multi_hop(hop_names, decided=facts.decided_ids(found))
+            decided = decide_facts(found, call)
+            hop_names = _hop_names(decided.section, call)
+        await gathering.send_multi_hop(hop_names, decided=decided.decided_ids(found))
         episodes_found = await gathering.episodes()
         with clock.deciding():
-            facts, chunks = rank_episodes(episodes_found, facts, call)
+            facts, chunks = rank_episodes(episodes_found, decided, call)
         hop_rows = await gathering.multi_hop_rows()
     with clock.deciding():
         packed = pack(call, facts, chunks, hop_rows)
