@@ -70,7 +70,9 @@ def error_line(
         name = f"HAKI_{found.group(1).upper()}" if found else "HAKI_*"
         return PREFIX + f"cannot read the setting {name}: {_first_line(str(exc))} ({name})"
     name = type(exc).__name__
-    if name == "EmbedderUnavailable":  # core.embedder's, matched by name: importing it loads the embedder's stack
+    if (
+        name == "EmbedderUnavailable"
+    ):  # core.embedding.embedder's, matched by name: importing it loads the embedder's stack
         return PREFIX + f"the embedder cannot load: {_flat(str(exc))} ({EMBED_PROVIDER} or {MODEL_CACHE_DIR})"
     if name == "EmbedderMismatch":
         return PREFIX + f"{_flat(str(exc))} ({EMBED_PROVIDER})"

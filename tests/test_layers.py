@@ -116,4 +116,6 @@ def test_a_function_of_more_than_five_values_takes_the_rest_by_name() -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 positional = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
                 if len(positional) > 5 and (where, node.name) not in POSITIONAL_ALLOWED:
-                    raise AssertionError(f"{where}:{node.lineno} {node.name} takes {len(positional)} values by position")
+                    raise AssertionError(
+                        f"{where}:{node.lineno} {node.name} takes {len(positional)} values by position"
+                    )

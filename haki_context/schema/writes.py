@@ -1,9 +1,9 @@
 """Holding a response until the traces its `context` fields started writing have committed.
 
 A `context` resolver returns its packet as soon as the trace write is on the wire
-(core.assembler.start_assembly, core.trace_write.TraceWrite), so graphql-core completes the selection while the
-database writes; this extension then waits for every such write before the result
-leaves execution. A write that failed fails the whole response, as a failing resolver
+(core.context.assembler.start_assembly, core.context.trace_write.TraceWrite), so graphql-core
+completes the selection while the database writes; this extension then waits for every such
+write before the result leaves execution. A write that failed fails the whole response, as a failing resolver
 of the non-null `context` field would: no packet is ever served without its trace.
 """
 
