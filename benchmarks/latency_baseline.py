@@ -39,7 +39,7 @@ LIMIT $11
 
 
 def search_params(rt: Runtime, subject: str, vector: np.ndarray, query: str, now: datetime) -> retrieval.SearchParams:
-    """The SearchParams `assembler.assemble` builds, for the benchmark's project."""
+    """The SearchParams a `context` call builds (assembler.search_params), for the benchmark's project."""
     own = rt.own_indexes.tables(PROJECT, subject)
     return assembler.search_params(
         rt.settings, project_id=PROJECT, subject_id=subject, vector=vector, query=query, now=now, own_index_tables=own

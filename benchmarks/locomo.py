@@ -1,7 +1,7 @@
 """LoCoMo conversations as the quality harness sees them: turns, questions, events.
 
 The turns are ingested, and in mode "f" each session's observations (never
-the benchmark's summaries or event annotations; see shared/data/README.md). A
+the benchmark's summaries or event annotations, which a memory server would not have). A
 turn's payload is `{speaker, text, dia_id}` plus `image_caption` (the turn's
 `blip_caption`) when an image was shared.
 

@@ -255,7 +255,7 @@ def test_unknown_settings_are_the_haki_variables_nothing_reads() -> None:
         "haki_host": "::1",  # read: settings are matched case-insensitively
         "HAKI_API_KEY": "k",  # read by the mcp command
         "HAKI_DATADIR": "x",
-        "HAKI_LOCOMO_DIR": "x",  # the quality benchmark's own, not a setting of the server
+        "HAKI_LOCOMO_DIR": "x",  # no setting: the benchmarks' dataset folder is LOCOMO_DIR
         "PATH": "/bin",
         "HAKIPORT": "1",
     }

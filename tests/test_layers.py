@@ -26,9 +26,12 @@ def _imports(path: Path) -> set[str]:
                 base = path.relative_to(PACKAGE.parent).parent.parts[
                     : len(path.relative_to(PACKAGE.parent).parent.parts) - (node.level - 1)
                 ]
-                names.add(".".join([*base, node.module or ""]).strip("."))
+                module = ".".join([*base, node.module or ""]).strip(".")
             else:
-                names.add(node.module or "")
+                module = node.module or ""
+            names.add(module)
+            if module.startswith("haki_context"):  # `from .. import memory`: a name may be a module of it
+                names.update(f"{module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
     return names

@@ -157,7 +157,9 @@ class MemoryTools:
         `facts` lists each fact served with its `id`, `validFrom`/`validTo` and score, so you can
         cite a fact or correct it (retract_fact, assert_fact); `episodes` the excerpts, with their
         dates. `traceId` names the record of this call: pass it to explain to see why each item
-        was served or left out. An empty `rendered` means nothing relevant is known. With `as_of`, the
+        was served or left out. An empty `rendered` comes with `emptyReason`: NO_MEMORY (nothing is known about the subject),
+        NO_RELEVANT_MEMORY (nothing about this query), or BUDGET_TOO_SMALL (ask again with a larger
+        budget). With `as_of`, the
         packet as it would have been at that past instant (what an agent was given then)."""
         variables = {"subject": subject, "query": query, "budget": budget, "asOf": as_of}
         return await self._run(GET_CONTEXT, variables, ctx)

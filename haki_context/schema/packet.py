@@ -224,7 +224,8 @@ class ContextPacket:
         description=(
             "Why the packet is empty, when it is: NO_RELEVANT_MEMORY only when the recall gate emptied a "
             "non-empty candidate set, NO_MEMORY when the subject held nothing to consider, BUDGET_TOO_SMALL "
-            "when items were found but none fits the budget; null when anything was served."
+            "when items were found but none fits the budget; null when anything was served, or when every "
+            "candidate was blocked (the warnings say so)."
         )
     )
     budget_tokens: int = strawberry.field(description="The budget asked for.")

@@ -101,11 +101,13 @@ async def replay(
     called_for = original.as_of or original.created_at
     instant = datetime.now(UTC) if compare_with_now else called_for
     budget = wanted.budget if wanted.budget is not None else original.budget_tokens
+    # Read before the replay runs: a persisted replay's trace is sent as it ends, and a failure
+    # after that would leave a trace of a replay that answered nothing.
+    stored_settings = await served.call_settings(rt, project_id, original.settings_id)
     assembly = await assembler.start_assembly(
         runtime, project_id, original.subject_id, original.query, budget, as_of=instant, persist=persist
     )
     # Both sides numbered in the order each call packed its items in (TraceDecision.overallRank).
-    stored_settings = await served.call_settings(rt, project_id, original.settings_id)
     changes = diff(
         served.with_overall_ranks(original.decisions or (), stored_settings.packing),
         served.with_overall_ranks(assembly.packet.trace.decisions or (), settings.packing),

@@ -745,10 +745,11 @@
     };
   }
 
-  // The packet as the agent got it: `rendered` is null when a served item is no longer stored.
+  // The packet as the agent got it: `rendered` is null when a served item is no longer stored, or
+  // when a line no longer comes out as the call served it.
   function packetText(trace) {
     if (trace.rendered == null) {
-      return '<span class="muted">(the text cannot be rebuilt: a served item is no longer stored)</span>';
+      return '<span class="muted">(the text cannot be rebuilt: a served item is no longer stored, or no longer renders as it was served)</span>';
     }
     return esc(trace.rendered) || '<span class="muted">(nothing served)</span>';
   }
