@@ -47,7 +47,17 @@ from ..serving.runtime import Runtime
 from ..texts import served_excerpt
 from .entities import entities, names, query_words
 from .instants import check_as_of
-from .packing import Section, episode_line, fact_date, fact_line, pack_merged, pack_section, render, same_text, tokens
+from .packing import (
+    Section,
+    episode_line,
+    fact_date,
+    fact_line,
+    pack_merged,
+    pack_section,
+    render_packet,
+    same_text,
+    tokens,
+)
 from .scoring import Components, Weights, best_neighbours, components, past_recall_gate
 from .settings_records import SettingsRecord
 from .settings_records import record_of as settings_record
@@ -620,7 +630,7 @@ def packet_of(trace: ContextTrace, packed: Packed) -> ContextPacket:
         empty_reason=trace.empty_reason,
         budget_tokens=trace.budget_tokens,
         used_tokens=trace.used_tokens,
-        rendered=render([f.line for f in facts] + [f.line for f in hops] + [c.line for c in chunks]),
+        rendered=render_packet([f.line for f in facts], [f.line for f in hops], [c.line for c in chunks]),
         trace=trace,
     )
 

@@ -134,6 +134,20 @@ def render(lines: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def render_packet(facts: Sequence[str], hops: Sequence[str], episodes: Sequence[str]) -> str:
+    """The packet's `rendered`: the facts served by score, then the multi-hop facts, then the
+    episodes, one line each, whatever order the budget was spent in."""
+    return render([*facts, *hops, *episodes])
+
+
+def merged_order(first: Sequence[float], second: Sequence[float]) -> list[tuple[int, int]]:
+    """The order one ranking takes two sections in, given each one's scores best first: by
+    decreasing score, the first's item first at a tie, each section in its own order; as
+    (section 0 or 1, index) pairs."""
+    keys = [(-s, 0, i) for i, s in enumerate(first)] + [(-s, 1, i) for i, s in enumerate(second)]
+    return [(which, i) for _, which, i in sorted(keys)]
+
+
 A = TypeVar("A")
 B = TypeVar("B")
 
@@ -166,11 +180,11 @@ def pack_merged(
     ladder: _Ladder[A | B] = _Ladder(
         cost=cost, budget_left=budget_left, included=included, gated=gated, text_of=text_of
     )
-    order = sorted([(-score(a), 0, i) for i, a in enumerate(first)] + [(-score(b), 1, i) for i, b in enumerate(second)])
+    order = merged_order([score(a) for a in first], [score(b) for b in second])
     decided: list[dict[int, tuple[Decision, ReasonCode]]] = [{}, {}]
     served_cites: set[str] = set()  # what the first section's included items cite
     served_keys: set[str] = set()  # the keys of the second section's included items
-    for _, which, i in order:
+    for which, i in order:
         if which == 0:
             sources = set(cites(first[i]))
             verdict = ladder.decide(first[i], restated=skip_restated and bool(sources) and sources <= served_keys)

@@ -2,14 +2,13 @@
 
 A trace stores decisions, not text. `rendered_of` rebuilds the packet's `rendered` from the
 served (INCLUDED) decisions, the items' stored rows and the settings the call ran under, with
-the functions the assembler builds it with (packing.fact_line, episode_line and render,
-texts.served_excerpt), in the packet's order: facts, multi-hop facts, then episodes, each kind
-by rank. A fact's text, its dates and an episode chunk's text and excerpt never change once
+the functions the assembler builds it with (packing.fact_line, episode_line and
+render_packet, texts.served_excerpt), each kind by rank. A fact's text, its dates and an episode chunk's text and excerpt never change once
 written, so the same rows give the same lines at any later time.
 
 `overall_ranks` numbers the ranked decisions in the one order the call packed them in: the
 decisions' own `rank` counts within a kind, which under MERGED packing (the default) is not the
-order the budget was spent in.
+order the budget was spent in (packing.merged_order, as pack_merged takes them).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from ..packet import ContextTrace, TraceDecision
 from ..serving.runtime import Runtime
 from ..texts import served_excerpt
 from . import settings_records
-from .packing import episode_line, fact_date, fact_line, render, tokens
+from .packing import episode_line, fact_date, fact_line, merged_order, render_packet, tokens
 
 
 @dataclass(slots=True)
@@ -58,13 +57,14 @@ def overall_ranks(decisions: Sequence[TraceDecision], packing: Packing) -> list[
     def by_rank(i: int) -> int:
         return decisions[i].rank or 0
 
-    def by_score(i: int) -> tuple[float, bool, int]:
-        d = decisions[i]
-        score = d.score if d.score is not None else float("-inf")
-        return (-score, d.item_kind is ItemKind.EPISODE, d.rank or 0)
+    def score(i: int) -> float:
+        value = decisions[i].score
+        return value if value is not None else float("-inf")
 
     if packing is Packing.MERGED:
-        order = sorted(facts + episodes, key=by_score) + sorted(hops, key=by_rank)
+        sections = (sorted(facts, key=by_rank), sorted(episodes, key=by_rank))
+        merged = merged_order([score(i) for i in sections[0]], [score(i) for i in sections[1]])
+        order = [sections[which][i] for which, i in merged] + sorted(hops, key=by_rank)
     else:
         order = sorted(facts, key=by_rank) + sorted(hops, key=by_rank) + sorted(episodes, key=by_rank)
     places: list[int | None] = [None] * len(decisions)
@@ -121,10 +121,7 @@ async def rendered_of(
     nothing. None when a served item is no longer stored (its subject was forgotten), or when a
     line no longer comes out at the tokens the call recorded for it (a trace older than its
     settings record, made under another excerpt format): the text would not be what was served."""
-    served = sorted(
-        (d for d in decisions if d.decision is Decision.INCLUDED),
-        key=lambda d: (d.item_kind is ItemKind.EPISODE, _is_hop(d), d.rank or 0),
-    )
+    served = sorted((d for d in decisions if d.decision is Decision.INCLUDED), key=lambda d: d.rank or 0)
     if not served:
         return ""
     settings = await call_settings(rt, project_id, trace.settings_id)
@@ -133,7 +130,7 @@ async def rendered_of(
     async with rt.pool.acquire() as conn:
         rows = await db_served.served_items(conn, project_id, fact_ids, chunks)
     found = {(row["item_kind"], str(row["item_id"]), row["chunk"]): row for row in rows}
-    lines = []
+    lines: dict[str, list[str]] = {"facts": [], "hops": [], "episodes": []}
     for d in served:
         row = found.get((d.item_kind.value, d.item_id, d.chunk))
         if row is None:
@@ -151,5 +148,5 @@ async def rendered_of(
             line = episode_line(excerpt, row["occurred_at"])
         if tokens(line) != d.tokens:
             return None
-        lines.append(line)
-    return render(lines)
+        lines["episodes" if d.item_kind is ItemKind.EPISODE else "hops" if _is_hop(d) else "facts"].append(line)
+    return render_packet(lines["facts"], lines["hops"], lines["episodes"])
