@@ -45,33 +45,7 @@ _DECISION_TYPES = ", ".join(f"{name} {kind}" for name, kind in _DECISION_COLUMNS
 # The channel every trace write notifies, with [project_id, trace_id, subject_id] as JSON.
 TRACE_CHANNEL = "haki_traces"
 
-TRACE_COLUMNS = (
-    "id, subject_id, query, budget_tokens, used_tokens, status, empty_reason, warnings, created_at, "
-    "embed_ms, retrieve_ms, pack_ms, persist_ms, total_ms, facts_served, episodes_served, "
-    "n_included, n_excluded, n_blocked, " + ", ".join(REASON_COLUMNS.values()) + ", settings_id, as_of"
-)
-
-# One statement, so one round trip and one implicit transaction: the decisions first, then
-# the trace row, which records the write's own duration as the database timed it. The
-# aggregate in `written` reads every row the decisions' insert returns, so the clock is read
-# once they are all written. A second statement that set the duration afterwards would cost
-# its round trips, BEGIN and COMMIT, and update a just-written row whose covering stats
-# index holds total_ms: a dead tuple and five index entries per call (docs/performance.md).
-#
-# The decisions travel as one JSON array (_DECISIONS, orjson through the pool's json codec): as
-# fourteen arrays, asyncpg checks every element against collections.abc (two or three
-# isinstance calls each), which costs the event loop more (docs/performance.md).
-#
-# Unless `durable` (_DURABLE), the statement's own transaction commits without waiting for its
-# WAL to reach disk (set_config(..., true) lasts until that commit): visible to every
-# reader at once, so trace(id) works as soon as the client has the id, and atomic as
-# ever; only a crash of the database server within three wal_writer_delay periods can
-# lose it, and the call does not pay for the flush (docs/performance.md). Facts and events
-# always wait for it.
-# The statement's parameters, by name (db/parameters.py): the trace's fields, one count per
-# reason code, the decisions, `durable`, the settings record and asOf.
-_P = Parameters(
-    "project_id",
+_TRACE_COLUMN_NAMES = (
     "id",
     "subject_id",
     "query",
@@ -84,17 +58,43 @@ _P = Parameters(
     "embed_ms",
     "retrieve_ms",
     "pack_ms",
-    "total_ms",  # before the write; the statement adds its own duration
+    "persist_ms",
+    "total_ms",
     "facts_served",
     "episodes_served",
     "n_included",
     "n_excluded",
     "n_blocked",
     *REASON_COLUMNS.values(),
-    "decisions",
-    "durable",
     "settings_id",
     "as_of",
+)
+TRACE_COLUMNS = ", ".join(_TRACE_COLUMN_NAMES)
+
+# One statement, so one round trip and one implicit transaction: the decisions first, then
+# the trace row, which records the write's own duration as the database timed it. The
+# aggregate in `written` reads every row the decisions' insert returns, so the clock is read
+# once they are all written. A second statement that set the duration afterwards would cost
+# its round trips, BEGIN and COMMIT, and update a just-written row whose covering stats
+# index holds total_ms: a dead tuple and five index entries per call (docs/performance.md).
+#
+# The decisions travel as one JSON array (`decisions`, orjson through the pool's json codec): as
+# fourteen arrays, asyncpg checks every element against collections.abc (two or three
+# isinstance calls each), which costs the event loop more (docs/performance.md).
+#
+# Unless `durable`, the statement's own transaction commits without waiting for its
+# WAL to reach disk (set_config(..., true) lasts until that commit): visible to every
+# reader at once, so trace(id) works as soon as the client has the id, and atomic as
+# ever; only a crash of the database server within three wal_writer_delay periods can
+# lose it, and the call does not pay for the flush (docs/performance.md). Facts and events
+# always wait for it.
+# The statement's parameters, by name (db/parameters.py): a value per column of the trace but
+# persist_ms, which the database times (total_ms arrives without it), then the decisions and
+# `durable`.
+_P = Parameters("project_id", *(c for c in _TRACE_COLUMN_NAMES if c != "persist_ms"), "decisions", "durable")
+_VALUES = ", ".join(
+    "w.ms" if c == "persist_ms" else f"{_P.total_ms}::float8 + w.ms" if c == "total_ms" else _P[c]
+    for c in _TRACE_COLUMN_NAMES
 )
 _INSERT = f"""
 WITH decisions AS (
@@ -110,10 +110,7 @@ written AS (
     FROM (SELECT count(*) FROM decisions) n
 )
 INSERT INTO context_traces (project_id, {TRACE_COLUMNS})
-SELECT {_P.project_id}, {_P.id}, {_P.subject_id}, {_P.query}, {_P.budget_tokens}, {_P.used_tokens}, {_P.status},
-       {_P.empty_reason}, {_P.warnings}, {_P.created_at}, {_P.embed_ms}, {_P.retrieve_ms}, {_P.pack_ms}, w.ms,
-       {_P.total_ms}::float8 + w.ms, {_P.facts_served}, {_P.episodes_served}, {_P.n_included}, {_P.n_excluded},
-       {_P.n_blocked}, {", ".join(_P[column] for column in REASON_COLUMNS.values())}, {_P.settings_id}, {_P.as_of}
+SELECT {_P.project_id}, {_VALUES}
 FROM written w
 RETURNING persist_ms
 """
@@ -126,6 +123,7 @@ _INSERT_NOTIFY = _INSERT.replace(
     "RETURNING persist_ms",
     f"RETURNING persist_ms, pg_notify('{TRACE_CHANNEL}', json_build_array({_P.project_id}::text, {_P.id}::text, {_P.subject_id}::text)::text)",
 )
+_P.check(_INSERT_NOTIFY)  # at import: the text uses exactly the parameters the write binds
 
 
 class _Named(Protocol):
