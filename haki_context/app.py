@@ -36,9 +36,13 @@ from .core.embedding.embedder import Embedder, encoder_for
 from .core.embedding.space import check_embedding_space
 from .core.errors import BadRequest, HakiError, PayloadTooLarge, Unavailable
 from .core.limits import MAX_JSON_DEPTH, check_json_depth
+from .core.serving import jobs
 from .core.serving.admission import RETRY_AFTER_S
 from .core.serving.auth import Authenticator, authorization_of
+from .core.serving.consistency import TOKEN_EXTENSION, TOKEN_HEADER, parse_token
+from .core.serving.jobs import Job
 from .core.serving.live import LiveLimits, LiveTraces
+from .core.serving.replicas import ReplicaSet
 from .core.serving.runtime import Runtime, open_pool
 from .core.serving.supervisor import Supervisor
 from .cors import cors_middleware
@@ -54,7 +58,7 @@ from .schema import schema_for
 from .schema.errors import RequestErrorCode, domain_error, format_error, http_status
 from .schema.ide import render_graphiql_page
 from .settings import MetricsAccess, OtelExporter, Settings
-from .startup_errors import database_target
+from .startup_errors import check_connection_budget, database_target
 from .telemetry import TracingMiddleware, configure
 
 log = logging.getLogger("haki_context")
@@ -110,7 +114,9 @@ class HakiGraphQL(GraphQL):
 
     async def get_context(self, request: Any, response: Any) -> Any:
         caller = request.scope["haki_caller"]  # None only on a GET, which executes nothing
-        return None if caller is None else build_context(request.app.state.runtime, caller)
+        if caller is None:
+            return None
+        return build_context(request.app.state.runtime, caller, token=request.scope["haki_consistency_token"])
 
     async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
         if isinstance(request, Request) and request.method == "POST" and _response_type(request) is None:
@@ -152,6 +158,11 @@ class HakiGraphQL(GraphQL):
     def create_response(self, response_data: Any, sub_response: Any) -> Response:
         response = super().create_response(response_data, sub_response)
         response.headers["content-type"] = ResponseType(sub_response.media_type).content_type
+        token = (
+            (response_data.get("extensions") or {}).get(TOKEN_EXTENSION) if isinstance(response_data, dict) else None
+        )
+        if token is not None:
+            response.headers[TOKEN_HEADER] = token
         if isinstance(response_data, dict):
             status = http_status(
                 response_data.get("errors") or [], ran="data" in response_data, data=response_data.get("data")
@@ -223,6 +234,7 @@ class GraphQLEndpoint:
             authorization = authorization_of(request.headers.getlist("authorization"))
             caller = await authenticator.caller_for(authorization)
             scope["haki_caller"], scope["haki_project_id"] = caller, caller.project_id
+            scope["haki_consistency_token"] = parse_token(request.headers.get(TOKEN_HEADER))
             _check_content_type(request.headers.get("content-type"))
             body = await self._read_body(request)
             _check_graphql_body(body)
@@ -327,12 +339,16 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
             dsn = settings.database_url
             log.info("using the PostgreSQL at %s (HAKI_DATABASE_URL)", database_target(dsn))
         else:
-            server = await _start_embedded(settings)
+            server = await start_embedded(settings)
             stack.callback(server.close)
             dsn = server.uri
-        await _apply_migrations(dsn)
+        await apply_migrations(dsn)
+        # A standby allows at least the primary's max_connections (PostgreSQL's rule for hot
+        # standbys): the primary's budget holds for every replica.
+        await check_connection_budget(dsn, workers=settings.workers, pool_max_size=settings.pool_max_size)
         pool = await open_pool(dsn, settings)
         stack.push_async_callback(close_pool, pool)
+        replicas = await _open_replicas(pool, settings, stack) if settings.replica_urls else None
         log.info("loading the embedder (HAKI_EMBED_PROVIDER=%s)", settings.embed_provider.value)
         encoder = await asyncio.to_thread(encoder_for, settings)
         embedder = Embedder(encoder, cache_size=settings.query_cache_size, batch_size=settings.embed_batch_size)
@@ -341,13 +357,51 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         await embedder.embed_query("warm up")  # the first encode pays one-off costs
         await warm_connections(pool, settings)  # and the first plans
         log.info("embedder ready: %s", embedder.name)
-        return Runtime(pool=pool, embedder=embedder, settings=settings, embedded=server), stack
+        return Runtime(pool=pool, embedder=embedder, settings=settings, embedded=server, replicas=replicas), stack
     except BaseException:
         await stack.aclose()
         raise
 
 
-async def _start_embedded(settings: Settings) -> embedded.EmbeddedPostgres:
+async def _open_replicas(pool: asyncpg.Pool, settings: Settings, stack: contextlib.AsyncExitStack) -> ReplicaSet:
+    """The replicas of HAKI_REPLICA_URLS, checked once (a replica down is left out, not fatal:
+    the primary serves its reads) and then every HAKI_DATABASE_CHECK_INTERVAL_S until the
+    runtime closes."""
+
+    async def open_replica_pool(url: str) -> asyncpg.Pool:
+        replica_pool = await open_pool(url, settings)
+        try:
+            await warm_connections(replica_pool, settings)
+        except BaseException:
+            replica_pool.terminate()
+            raise
+        return replica_pool
+
+    replicas = ReplicaSet(
+        settings.replica_urls,
+        primary=pool,
+        open_pool=open_replica_pool,
+        max_lag_ms=settings.replica_max_lag_ms,
+        wait_ms=settings.replica_wait_ms,
+        check_interval_s=settings.database_check_interval_s,
+    )
+    stack.push_async_callback(replicas.close)
+    log.info("checking %d read replica(s) (HAKI_REPLICA_URLS)", len(replicas.replicas))
+    await replicas.check()
+    monitor = asyncio.create_task(replicas.monitor())
+    stack.push_async_callback(_cancelled, monitor)
+    for view in replicas.views():
+        log.info("replica %s: %s", view.target, view.state.value.replace("_", " "))
+    return replicas
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def start_embedded(settings: Settings) -> embedded.EmbeddedPostgres:
     """Start the embedded server in a thread; a stop asked meanwhile waits for that start and
     then stops the server, which would otherwise outlive the process."""
     starting = asyncio.ensure_future(asyncio.to_thread(embedded.start, settings.data_dir))
@@ -375,7 +429,7 @@ async def close_pool(pool: asyncpg.Pool, timeout_s: float = POOL_CLOSE_TIMEOUT_S
         pool.terminate()  # connections to a database that is gone: nothing left to close politely
 
 
-async def _apply_migrations(dsn: str) -> None:
+async def apply_migrations(dsn: str) -> None:
     """Apply pending migrations, saying first how many (one rewrites large tables)."""
     conn = await asyncpg.connect(dsn)
     try:
@@ -507,7 +561,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None, *, background
             return JSONResponse({"status": "database unavailable"}, status_code=503)
         if pending:
             return JSONResponse({"status": "migrations pending", "pending": pending}, status_code=503)
-        return JSONResponse({"status": "ready", "embedder": rt.embedder.name})
+        ready: dict[str, Any] = {"status": "ready", "embedder": rt.embedder.name}
+        if rt.replicas is not None:  # ready whatever their state: the primary serves what they cannot
+            ready["replicas"] = [
+                {"target": v.target, "state": v.state.value, "lagMs": v.lag_ms} for v in rt.replicas.views()
+            ]
+        return JSONResponse(ready)
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -552,40 +611,45 @@ def settle_garbage_collector() -> None:
 
 
 async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.0) -> None:
-    """Prune traces past HAKI_TRACE_RETENTION_DAYS at start-up, then every hour."""
+    """Prune traces past HAKI_TRACE_RETENTION_DAYS every hour, by one process of all those
+    serving the database (core/serving/jobs.py); at start-up when no one did in the last hour."""
     from .core.history.traces import prune
 
     failures = _FailureLog("retention pass")
     while True:
         try:
-            deleted = await prune(rt.pool, days)
-            if deleted:
-                log.info("retention: deleted %d trace(s) older than %g day(s)", deleted, days)
+            if await jobs.claim(rt.pool, Job.TRACE_RETENTION, every_seconds):
+                deleted = await prune(rt.pool, days)
+                if deleted:
+                    log.info("retention: deleted %d trace(s) older than %g day(s)", deleted, days)
             failures.succeeded()
         except Exception as exc:  # retention must never take the server down
             failures.failed(exc)
-        await asyncio.sleep(every_seconds)
+        await asyncio.sleep(jobs.wake_interval(every_seconds))
 
 
 async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
-    """Build the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS, at start-up and then every
-    HAKI_SCOPE_INDEX_INTERVAL_S (builds run concurrently with requests: CREATE INDEX CONCURRENTLY)."""
+    """Build the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS every HAKI_SCOPE_INDEX_INTERVAL_S,
+    by one process of all those serving the database (core/serving/jobs.py), at start-up when
+    none did within the interval (builds run concurrently with requests: CREATE INDEX CONCURRENTLY)."""
     from .core.serving.scope_indexes import build_pending
 
     failures = _FailureLog("scope index build")
+    every = settings.scope_index_interval_s
     while True:
         try:
-            await build_pending(
-                rt.pool,
-                settings.scope_index_rows,
-                ivf_rows=settings.ivf_index_rows,
-                build_memory=settings.scope_index_build_memory,
-                lexeme_rows=settings.full_text_lexeme_rows,
-            )
+            if await jobs.claim(rt.pool, Job.SCOPE_INDEXES, every):
+                await build_pending(
+                    rt.pool,
+                    settings.scope_index_rows,
+                    ivf_rows=settings.ivf_index_rows,
+                    build_memory=settings.scope_index_build_memory,
+                    lexeme_rows=settings.full_text_lexeme_rows,
+                )
             failures.succeeded()
         except Exception as exc:  # a failed build leaves the exact scan in place; retry later
             failures.failed(exc)
-        await asyncio.sleep(settings.scope_index_interval_s)
+        await asyncio.sleep(jobs.wake_interval(every))
 
 
 class _FailureLog:

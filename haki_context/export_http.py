@@ -24,6 +24,7 @@ from .core.limits import check_subject_id
 from .core.memory import portability
 from .core.serving.admission import RETRY_AFTER_S
 from .core.serving.auth import Authenticator, Scope, authorization_of
+from .core.serving.consistency import TOKEN_HEADER, parse_token
 from .core.serving.runtime import Runtime
 from .schema.errors import domain_error
 
@@ -57,8 +58,10 @@ async def export_subject(request: Request) -> Response:
             raise BadRequest(exc.message, field="subjectId") from exc
         if slots.running >= MAX_CONCURRENT_EXPORTS:
             raise Unavailable(f"{MAX_CONCURRENT_EXPORTS} exports are running; retry later")
+        token = parse_token(request.headers.get(TOKEN_HEADER))
         rt: Runtime = request.app.state.runtime
-        stream = _stream(portability.export_lines(rt.pool, caller, subject, idle_timeout_s=IDLE_TIMEOUT_S), slots)
+        reads = rt.routed(token).reads
+        stream = _stream(portability.export_lines(reads, caller, subject, idle_timeout_s=IDLE_TIMEOUT_S), slots)
         # The header comes once the snapshot is open: a database that is down is a 503, not a
         # stream cut short. Started here, the stream's clean-up (its slot, its connection) runs
         # even if the response never reads it (asyncio closes a started generator it collects).

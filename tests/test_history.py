@@ -119,7 +119,7 @@ async def test_a_fact_joining_an_open_conflict_is_dated_from_when_it_joined(
 
 
 async def _export(runtime: Runtime, subject: str) -> list[dict[str, Any]]:
-    return [orjson.loads(line) async for line in export_lines(runtime.pool, Caller.operator(DEV_PROJECT), subject)]
+    return [orjson.loads(line) async for line in export_lines(runtime.reads, Caller.operator(DEV_PROJECT), subject)]
 
 
 async def test_an_export_carries_the_ends_and_an_import_restores_them(
@@ -140,7 +140,7 @@ async def test_an_export_carries_the_ends_and_an_import_restores_them(
 
     project = f"project-{uuid.uuid4().hex[:12]}"
     await import_lines(runtime, Caller.operator(project), [orjson.dumps(r) for r in exported])
-    again = [orjson.loads(line) async for line in export_lines(runtime.pool, Caller.operator(project), subject)]
+    again = [orjson.loads(line) async for line in export_lines(runtime.reads, Caller.operator(project), subject)]
     ends = sorted((r["status"], r["endReason"], r["endedAt"]) for r in exported if r.get("type") == "fact")
     assert sorted((r["status"], r["endReason"], r["endedAt"]) for r in again if r.get("type") == "fact") == ends
     (conflict_again,) = [r for r in again if r.get("type") == "conflict"]
@@ -162,7 +162,7 @@ async def test_a_file_exported_before_ends_were_kept_is_dated_as_the_migration_d
     await import_lines(runtime, Caller.operator(project), [orjson.dumps(r) for r in older])
     again = {
         (r["predicate"], orjson.dumps(r["value"])): r
-        async for r in _lines(export_lines(runtime.pool, Caller.operator(project), subject))
+        async for r in _lines(export_lines(runtime.reads, Caller.operator(project), subject))
         if r.get("type") == "fact"
     }
     superseded, successor = again[("pet", b'"cat"')], again[("pet", b'"dog"')]

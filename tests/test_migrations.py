@@ -14,12 +14,13 @@ import pytest
 from conftest import GraphQLClient
 from contextlib_helpers import assert_fact, record
 
-from haki_context.app import _apply_migrations
+from haki_context.app import apply_migrations
 from haki_context.core.serving.runtime import Runtime
 from haki_context.db import migrate
 
 # Tables about the database itself, not any tenant's data: they carry no project_id.
-NOT_TENANT_DATA = {"schema_migrations", "server_meta"}
+# Tables of the server itself, holding no project's data: their keys need no project_id.
+NOT_TENANT_DATA = {"schema_migrations", "server_meta", "background_job_runs"}
 
 
 def with_database(uri: str, name: str) -> str:
@@ -87,13 +88,13 @@ async def test_the_first_start_logs_one_short_line_for_every_migration(
 ) -> None:
     names = [name.removesuffix(".sql") for name, _ in migrate.available()]
     with caplog.at_level(logging.INFO, logger="haki_context"):
-        await _apply_migrations(fresh_db)
+        await apply_migrations(fresh_db)
     lines = [r.getMessage() for r in caplog.records if r.name == "haki_context"]
     assert lines == [f"applying {len(names)} migrations ({names[0]} .. {names[-1]})"]
     assert len(lines[0]) < 100
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="haki_context"):
-        await _apply_migrations(fresh_db)
+        await apply_migrations(fresh_db)
     assert [r.getMessage() for r in caplog.records if r.name == "haki_context"] == ["the database schema is up to date"]
 
 

@@ -12,7 +12,7 @@ keeps its GraphQL message and `extensions.code`:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,6 +23,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, CallToolR
 
 from ..core.errors import HakiError
 from ..core.serving.auth import Caller
+from ..core.serving.consistency import TOKEN_EXTENSION, SessionToken, reads_on_primary
 from ..core.serving.runtime import Runtime
 from ..resolvers.context import build_context
 from ..schema.errors import domain_error, format_error
@@ -32,10 +33,18 @@ from .result_schema import result_schema
 
 @dataclass(frozen=True)
 class Invocation:
-    """An authenticated call: the process's runtime and the caller (project, key, scopes)."""
+    """An authenticated call: the process's runtime, the caller (project, key, scopes) and the
+    session's consistency token.
+
+    Over stdio the process is the session: its token goes from its writes to its reads. Over
+    HTTP (stateless, no session) a call sends its own token back if its client kept one, and a
+    call that sends none reads from the primary: an agent that recorded a turn sees it.
+    """
 
     rt: Runtime
     caller: Caller
+    session: SessionToken = field(default_factory=SessionToken)
+    stateless: bool = False
 
 
 class OperationFailed(Exception):
@@ -63,12 +72,15 @@ class Gateway:
 
     async def run(self, operation: Operation, variables: dict[str, Any], invocation: Invocation) -> dict[str, Any]:
         """The operation's `data`; raises OperationFailed with GraphQL's errors."""
+        token = invocation.session.held
+        context = build_context(invocation.rt, invocation.caller, token=token)
+        if invocation.stateless and token is None:
+            reads_on_primary(context.rt)
         result = await self._schema.execute(
-            operation.document,
-            variable_values=variables,
-            context_value=build_context(invocation.rt, invocation.caller),
-            operation_name=operation.name,
+            operation.document, variable_values=variables, context_value=context, operation_name=operation.name
         )
+        if operation.writes and result.extensions:
+            invocation.session.wrote(result.extensions.get(TOKEN_EXTENSION))
         if result.errors:
             raise OperationFailed([format_error(e) for e in result.errors])
         assert result.data is not None  # no errors: graphql-core always has data

@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 from ..core.errors import HakiError, Unauthenticated, Unavailable
 from ..core.serving.admission import RETRY_AFTER_S
 from ..core.serving.auth import Authenticator, authorization_of
+from ..core.serving.consistency import TOKEN_HEADER, SessionToken, parse_token
 from ..schema.errors import domain_error
 from ..settings import Settings, is_loopback
 from .gateway import Gateway, Invocation
@@ -79,6 +80,7 @@ class McpEndpoint:
             authenticator: Authenticator = request.app.state.authenticator
             authorization = authorization_of(request.headers.getlist("authorization"))
             caller = await authenticator.caller_for(authorization)
+            token = SessionToken(parse_token(request.headers.get(TOKEN_HEADER)))
         except Exception as exc:  # every failure here gets a coded answer
             domain = exc if isinstance(exc, HakiError) else domain_error(exc)
             if domain is None:
@@ -89,7 +91,7 @@ class McpEndpoint:
         if manager is None:
             await refusal(Unavailable("the MCP endpoint is not running; retry shortly"))(scope, receive, send)
             return
-        scope[CALLER_KEY] = Invocation(request.app.state.runtime, caller)
+        scope[CALLER_KEY] = Invocation(request.app.state.runtime, caller, token, stateless=True)
         await manager.handle_request(scope, receive, send)
 
 

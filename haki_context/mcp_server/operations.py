@@ -17,6 +17,11 @@ class Operation:
     name: str
     document: str
 
+    @property
+    def writes(self) -> bool:
+        """True for a mutation: its consistency token is the session's to send back."""
+        return self.document.lstrip().startswith("mutation")
+
 
 GET_CONTEXT = Operation(
     "GetContext",

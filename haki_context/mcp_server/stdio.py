@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
@@ -31,6 +31,7 @@ from mcp.server.stdio import stdio_server as sdk_stdio_server
 
 from ..core.errors import Unauthenticated
 from ..core.serving.auth import Authenticator
+from ..core.serving.consistency import SessionToken
 from ..core.serving.runtime import Runtime
 from ..schema import schema_for
 from ..settings import API_KEY_ENV, Settings
@@ -50,10 +51,11 @@ class KeyHolder:
     rt: Runtime
     authenticator: Authenticator
     authorization: str | None
+    session: SessionToken = field(default_factory=SessionToken)  # the session's writes, for its reads
 
     async def invocation(self) -> Invocation:
         """The key's caller now (Unauthenticated once the key is revoked)."""
-        return Invocation(self.rt, await self.authenticator.caller_for(self.authorization))
+        return Invocation(self.rt, await self.authenticator.caller_for(self.authorization), self.session)
 
 
 def run_stdio(settings: Settings, key: str | None) -> int:

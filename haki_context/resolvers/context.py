@@ -38,5 +38,8 @@ class RequestContext:
         self.caller.require(scope)
 
 
-def build_context(rt: Runtime, caller: Caller) -> RequestContext:
-    return RequestContext(rt=rt, caller=caller, loaders=build_loaders(rt, caller.project_id))
+def build_context(rt: Runtime, caller: Caller, *, token: int | None = None) -> RequestContext:
+    """A request's context: its reads routed to the replicas when the server has them (past
+    `token`, the consistency token the request sent, when given)."""
+    routed = rt.routed(token)
+    return RequestContext(rt=routed, caller=caller, loaders=build_loaders(routed, caller.project_id))

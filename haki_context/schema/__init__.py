@@ -22,7 +22,7 @@ from .query import Query
 from .scalars import DateTime
 from .stages import Parsing, ValidationCodes
 from .subscription import Subscription, SubscriptionsOverSockets
-from .writes import AwaitTraceWrites
+from .writes import AwaitTraceWrites, ConsistencyToken
 
 
 class HakiSchema(strawberry.Schema):
@@ -58,6 +58,7 @@ def build_schema(
         lambda: ValidationCache(maxsize=256),
         ValidationCodes,
         lambda: AddValidationRules(rules),
+        ConsistencyToken,  # before AwaitTraceWrites: it ends after it, once the traces committed
         AwaitTraceWrites,
         SubscriptionsOverSockets,
         ObserveOperations,

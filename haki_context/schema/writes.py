@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
+
+from ..core.serving.consistency import TOKEN_EXTENSION, reads_on_primary, written_position
+from ..core.serving.runtime import Runtime
 
 
 class AwaitTraceWrites(SchemaExtension):
@@ -40,3 +45,34 @@ class AwaitTraceWrites(SchemaExtension):
         result.data = None
         result.errors = [*(result.errors or []), *errors]
         self.execution_context.schema.process_errors(errors, self.execution_context)
+
+
+class ConsistencyToken(SchemaExtension):
+    """The consistency token of an operation that wrote (core/serving/consistency.py), in the
+    response's `extensions.consistencyToken` (and, by the HTTP view, its header).
+
+    A mutation's reads stay on the primary (it reads back what it wrote). A query wrote when a
+    `context` field persisted its trace: its token is given only where the server has replicas,
+    since without them every read is the primary's and the token would protect nothing. Listed
+    before AwaitTraceWrites, this extension ends after it: the token is read once the traces
+    have committed.
+    """
+
+    _token: str | None = None  # set per request: an extension is made for each
+
+    async def on_execute(self) -> AsyncIterator[None]:
+        ctx = self.execution_context.context
+        rt: Runtime | None = getattr(ctx, "rt", None)
+        mutation = self.execution_context.operation_type is OperationType.MUTATION
+        if rt is not None and mutation:
+            reads_on_primary(rt)
+        yield
+        result = self.execution_context.result
+        if rt is None or result is None or result.data is None:
+            return  # nothing ran, or nothing answered: no write to follow
+        traced = bool(getattr(ctx, "trace_writes", None)) and rt.replicas is not None
+        if mutation or traced:
+            self._token = await written_position(rt)
+
+    def get_results(self) -> dict[str, Any]:
+        return {TOKEN_EXTENSION: self._token} if self._token is not None else {}

@@ -301,8 +301,7 @@ class Gathering:
         return await self._hops if self._hops is not None else []
 
     async def _on_conn(self, statement: Callable[[asyncpg.Connection], Awaitable[R]]) -> R:
-        async with self.rt.pool.acquire() as conn:
-            return await statement(conn)
+        return await self.rt.reads.run(statement)
 
 
 # --- stage 3: decide the facts

@@ -29,8 +29,7 @@ async def check_as_of(rt: Runtime, project_id: str, as_of: datetime) -> datetime
         raise InvalidInput(f"asOf {at.isoformat()} is in the future (now is {now.isoformat()})", field="asOf")
     start = _STARTS.get(project_id)
     if start is None or at < start:
-        async with rt.pool.acquire() as conn:
-            found = await db_as_of.project_start(conn, project_id)
+        found = await rt.reads.run(lambda conn: db_as_of.project_start(conn, project_id))
         if found is None:
             raise InvalidInput("asOf: the project holds no memory yet, at any instant", field="asOf")
         start = found

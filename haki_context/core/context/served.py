@@ -127,8 +127,7 @@ async def rendered_of(
     settings = await call_settings(rt, project_id, trace.settings_id)
     fact_ids = [d.item_id for d in served if d.item_kind is ItemKind.FACT]
     chunks = [(d.item_id, d.chunk or 0) for d in served if d.item_kind is ItemKind.EPISODE]
-    async with rt.pool.acquire() as conn:
-        rows = await db_served.served_items(conn, project_id, fact_ids, chunks)
+    rows = await rt.reads.run(lambda conn: db_served.served_items(conn, project_id, fact_ids, chunks))
     found = {(row["item_kind"], str(row["item_id"]), row["chunk"]): row for row in rows}
     lines: dict[str, list[str]] = {"facts": [], "hops": [], "episodes": []}
     for d in served:

@@ -256,8 +256,7 @@ async def by_id(rt: Runtime, project_id: str, record_id: str) -> SettingsRecord 
     hit = _LOADED.get(key)
     if hit is not None:
         return hit
-    async with rt.pool.acquire() as conn:
-        record = await load(conn, project_id, record_id)
+    record = await rt.reads.run(lambda conn: load(conn, project_id, record_id))
     if record is not None:
         if len(_LOADED) >= _MOST_WRITTEN:
             _LOADED.clear()

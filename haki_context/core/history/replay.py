@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
+
 from ...db import events as db_events
 from ...db import facts as db_facts
 from ...settings import RankingProfile
@@ -144,9 +146,15 @@ async def _explained(rt: Runtime, project_id: str, changes: TraceDiff, then: dat
     """Each changed item with what happened to it in memory since `then`, where the memory tells."""
     fact_ids = sorted({c.item_id for c in changes.changes if c.item_kind is ItemKind.FACT})
     event_ids = sorted({c.item_id for c in changes.changes if c.item_kind is ItemKind.EPISODE})
-    async with rt.pool.acquire() as conn:
-        facts = dict(zip(fact_ids, facts_or_none(await db_facts.get_facts(conn, project_id, fact_ids))))
-        events = dict(zip(event_ids, events_or_none(await db_events.get_events(conn, project_id, event_ids))))
+
+    async def read(conn: asyncpg.Connection) -> tuple[list[Any], list[Any]]:
+        return await db_facts.get_facts(conn, project_id, fact_ids), await db_events.get_events(
+            conn, project_id, event_ids
+        )
+
+    fact_rows, event_rows = await rt.reads.run(read)
+    facts = dict(zip(fact_ids, facts_or_none(fact_rows)))
+    events = dict(zip(event_ids, events_or_none(event_rows)))
     out = []
     for c in changes.changes:
         if c.item_kind is ItemKind.FACT:

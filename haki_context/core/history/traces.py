@@ -27,8 +27,7 @@ async def traces_by_id(rt: Runtime, project_id: str, ids: list[str]) -> list[Con
 
 async def decisions_by_trace(rt: Runtime, project_id: str, trace_ids: list[str]) -> list[list[TraceDecision]]:
     """The decisions of each trace, in written (rank) order; one query for all."""
-    async with rt.pool.acquire() as conn:
-        rows = await db_traces.decisions_for(conn, project_id, trace_ids)
+    rows = await rt.reads.run(lambda conn: db_traces.decisions_for(conn, project_id, trace_ids))
     out: dict[str, list[TraceDecision]] = {t: [] for t in trace_ids}
     for r in rows:
         out[str(r["trace_id"])].append(decision_from_row(r))
@@ -50,10 +49,11 @@ async def traces_page(
     check_aware("since", since)
     size = check_page_size(first, 20)
     key = decode_cursor(after)
-    async with rt.pool.acquire() as conn:
-        rows = await db_traces.page_traces(
+    rows = await rt.reads.run(
+        lambda conn: db_traces.page_traces(
             conn, project_id, subject_id=subject_id, since=since, limit=size + 1, after=key
         )
+    )
     traces = [trace_from_row(r) for r in rows]
     return Page([(encode_cursor(t.created_at, t.id), t) for t in traces[:size]], len(traces) > size)
 
@@ -84,8 +84,7 @@ class StatsOverview:
 async def stats(rt: Runtime, project_id: str, since: datetime | None) -> StatsOverview:
     """docs/design.md "Stats", field by field: windowed call figures, current totals."""
     check_aware("since", since)
-    async with rt.pool.acquire() as conn:
-        row = await db_traces.stats(conn, project_id, since)
+    row = await rt.reads.run(lambda conn: db_traces.stats(conn, project_id, since))
     calls = int(row["calls"])
     oldest = row["oldest_open"]
     return StatsOverview(
@@ -206,8 +205,7 @@ async def stats_series(
     """Every bucket of [since, until) in order, those without calls included (zeros, null
     latencies), so a plot's x axis is the window; the first and last are clipped to it."""
     since, end = series_window(since, until, bucket)
-    async with rt.pool.acquire() as conn:
-        rows = await db_traces.series(conn, project_id, since, end, bucket.width)
+    rows = await rt.reads.run(lambda conn: db_traces.series(conn, project_id, since, end, bucket.width))
     found = {r["bucket"]: r for r in rows}
     out: list[StatsBucketRow] = []
     start = _bucket_start(since, bucket)

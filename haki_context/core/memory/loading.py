@@ -31,8 +31,7 @@ async def by_id(
     valid = sorted({p for p in parsed.values() if p is not None})
     if not valid:
         return [None] * len(ids)
-    async with rt.pool.acquire() as conn:
-        found = dict(zip(valid, convert(await fetch(conn, project_id, valid))))
+    found = dict(zip(valid, convert(await rt.reads.run(lambda conn: fetch(conn, project_id, valid)))))
     return [found.get(parsed[i] or "") for i in ids]
 
 

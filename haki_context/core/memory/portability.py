@@ -61,6 +61,7 @@ from ..limits import (
 )
 from ..models import ConflictStatus, FactEndReason, FactStatus, Volatility
 from ..serving.auth import Caller, Scope
+from ..serving.replicas import Reads
 from ..serving.runtime import Runtime
 from ..texts import event_chunks, event_excerpt, fact_text
 from .facts import value_hash
@@ -85,7 +86,7 @@ def _id(value: Any) -> str | None:
 
 
 async def export_lines(
-    pool: asyncpg.Pool, caller: Caller, subject_id: str, *, idle_timeout_s: float | None = None
+    reads: Reads, caller: Caller, subject_id: str, *, idle_timeout_s: float | None = None
 ) -> AsyncGenerator[bytes, None]:
     """The subject's memory as JSON lines, read from one snapshot through cursors; FORBIDDEN
     without `read`. Another project's subject (or an unknown one) exports as empty.
@@ -95,7 +96,7 @@ async def export_lines(
     caller.require(Scope.READ)
     check_subject_id(subject_id)
     project_id = caller.project_id
-    async with pool.acquire() as conn:
+    async with reads.connection() as conn:
         tx = await db_portability.begin_snapshot(conn, idle_timeout_s)
         try:
             header = {"format": FORMAT, "version": VERSION, "subjectId": subject_id, "exportedAt": datetime.now(UTC)}

@@ -16,16 +16,14 @@ async def fact(rt: Runtime, project_id: str, raw_id: str) -> Fact | None:
     fact_id = try_parse_id(raw_id)
     if fact_id is None:
         return None
-    async with rt.pool.acquire() as conn:
-        return (facts_or_none(await db_facts.get_facts(conn, project_id, [fact_id])))[0]
+    return facts_or_none(await rt.reads.run(lambda conn: db_facts.get_facts(conn, project_id, [fact_id])))[0]
 
 
 async def event(rt: Runtime, project_id: str, raw_id: str) -> Event | None:
     event_id = try_parse_id(raw_id)
     if event_id is None:
         return None
-    async with rt.pool.acquire() as conn:
-        return (events_or_none(await db_events.get_events(conn, project_id, [event_id])))[0]
+    return events_or_none(await rt.reads.run(lambda conn: db_events.get_events(conn, project_id, [event_id])))[0]
 
 
 async def facts_page(
@@ -40,13 +38,12 @@ async def facts_page(
     check_subject_id(subject_id)
     size = check_page_size(first, 50)
     key = decode_cursor(after)
-    async with rt.pool.acquire() as conn:
-        rows = [
-            fact_from_row(r)
-            for r in await db_facts.page_facts(
-                conn, project_id, subject_id, status=status.value if status else None, limit=size + 1, after=key
-            )
-        ]
+    found = await rt.reads.run(
+        lambda conn: db_facts.page_facts(
+            conn, project_id, subject_id, status=status.value if status else None, limit=size + 1, after=key
+        )
+    )
+    rows = [fact_from_row(r) for r in found]
     return Page([(encode_cursor(f.recorded_at, f.id), f) for f in rows[:size]], len(rows) > size)
 
 
@@ -56,8 +53,8 @@ async def events_page(
     check_subject_id(subject_id)
     size = check_page_size(first, 50)
     key = decode_cursor(after)
-    async with rt.pool.acquire() as conn:
-        rows = [event_from_row(r) for r in await db_events.page_events(conn, project_id, subject_id, size + 1, key)]
+    found = await rt.reads.run(lambda conn: db_events.page_events(conn, project_id, subject_id, size + 1, key))
+    rows = [event_from_row(r) for r in found]
     return Page([(encode_cursor(e.occurred_at, e.id), e) for e in rows[:size]], len(rows) > size)
 
 
@@ -74,16 +71,15 @@ async def conflicts_page(
         check_subject_id(subject_id)
     size = check_page_size(first, 50)
     key = decode_cursor(after)
-    async with rt.pool.acquire() as conn:
-        rows = [
-            conflict_from_row(r)
-            for r in await db_conflicts.page_conflicts(
-                conn,
-                project_id,
-                subject_id=subject_id,
-                status=status.value if status else None,
-                limit=size + 1,
-                after=key,
-            )
-        ]
+    found = await rt.reads.run(
+        lambda conn: db_conflicts.page_conflicts(
+            conn,
+            project_id,
+            subject_id=subject_id,
+            status=status.value if status else None,
+            limit=size + 1,
+            after=key,
+        )
+    )
+    rows = [conflict_from_row(r) for r in found]
     return Page([(encode_cursor(c.created_at, c.id), c) for c in rows[:size]], len(rows) > size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import asyncpg
 
@@ -11,6 +11,7 @@ from ...db.pool import create_pool
 from ...settings import Settings
 from ..embedding.embedder import Embedder
 from .admission import Admission
+from .replicas import PrimaryReads, Reads, ReplicaSet
 from .scope_indexes import OwnIndexHints
 
 
@@ -20,6 +21,9 @@ class Runtime:
 
     The server itself holds no state: `own_indexes` is a hint for choosing
     statement texts, which every statement checks (core/serving/scope_indexes.py).
+
+    Writes use `pool`, the primary's. Read-only statements run on `reads`: the primary's pool
+    too, unless a request was routed to the replicas (`routed`, core/serving/replicas.py).
     """
 
     pool: asyncpg.Pool
@@ -28,12 +32,27 @@ class Runtime:
     own_indexes: OwnIndexHints = field(default_factory=OwnIndexHints)
     # The embedded server this process started or attached to; None with HAKI_DATABASE_URL.
     embedded: EmbeddedPostgres | None = None
+    # The read replicas of HAKI_REPLICA_URLS; None without any.
+    replicas: ReplicaSet | None = None
+    # Where this runtime's reads go; the primary unless `routed` chose otherwise.
+    reads: Reads = None  # type: ignore[assignment]  # set in __post_init__ when not given
     # Built from `settings`, never passed nor copied: a runtime made with other settings
     # (dataclasses.replace) gets its own admission with that runtime's limits.
     admission: Admission = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "admission", Admission.from_settings(self.settings))
+        if self.reads is None:
+            object.__setattr__(self, "reads", PrimaryReads(self.pool))
+
+    def routed(self, token: int | None) -> Runtime:
+        """This runtime with one request's reads routed: to the replicas when the server has
+        them (past `token`, a consistency token, when given), else itself unchanged."""
+        if self.replicas is None:
+            return self
+        routed = replace(self, reads=self.replicas.route(token))
+        object.__setattr__(routed, "admission", self.admission)  # one process, one admission
+        return routed
 
 
 async def open_pool(

@@ -29,7 +29,7 @@ class Supervisor:
     only waited for, since restarting it would make the wait longer.
     """
 
-    def __init__(self, server: EmbeddedPostgres, pool: asyncpg.Pool, interval_s: float) -> None:
+    def __init__(self, server: EmbeddedPostgres, pool: asyncpg.Pool | None, interval_s: float) -> None:
         self._server = server
         self._pool = pool
         self._interval = max(interval_s, 0.05)
@@ -95,7 +95,9 @@ class Supervisor:
                 )
 
     async def _back(self) -> None:
-        # The pool's connections to the dead server are replaced at their next use.
-        await self._pool.expire_connections()
+        # The pool's connections to the dead server are replaced at their next use. (The parent
+        # of several workers has no pool: each worker's pool replaces its own as they fail.)
+        if self._pool is not None:
+            await self._pool.expire_connections()
         self.up = True
         log.info("the embedded PostgreSQL is back after %.1f s", time.monotonic() - self._down_since)

@@ -6,6 +6,10 @@ given, and turn every failure into a `HakiError` (never a silent `None`). Only U
 back) is retried, and only when no root field answered: nothing of the call was written, so a
 retry cannot apply a write twice. Any other error, an UNAVAILABLE beside data (an earlier field of
 the document ran), and a call that got no answer at all (which may have run), is raised at once.
+
+Both also carry the server's consistency token (see _consistency.py): every request sends the
+highest token the client's mutations got back, so that a read replica serves it only once it has
+replayed those writes; a retry sends it again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import httpx
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from ._consistency import ConsistencyToken, is_mutation
 from .errors import (
     HakiError,
     HttpStatusError,
@@ -107,13 +112,23 @@ def jsonable_variables(variables: Mapping[str, Any] | None) -> dict[str, Any]:
     return jsonable
 
 
+def json_body(response: httpx.Response) -> Any:
+    """The response's body read as JSON; None when it is not JSON."""
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
 def graphql_data(response: httpx.Response) -> dict[str, Any]:
     """The `data` of a GraphQL answer, or the HakiError it stands for."""
+    return graphql_answer(response, json_body(response))
+
+
+def graphql_answer(response: httpx.Response, body: Any) -> dict[str, Any]:
+    """The `data` of a GraphQL answer whose body read as JSON is `body`, or the HakiError it
+    stands for."""
     retry_after = retry_after_seconds(response.headers.get("retry-after"))
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
     if isinstance(body, dict) and isinstance(body.get("errors"), list) and body["errors"]:
         data = body.get("data") if isinstance(body.get("data"), dict) else None
         raise error_for(body["errors"], status_code=response.status_code, data=data, retry_after=retry_after)
@@ -159,6 +174,15 @@ def _endpoint(base_url: str) -> str:
     return base.removesuffix("/graphql")
 
 
+def _answer(response: httpx.Response, consistency: ConsistencyToken, adopt: bool) -> dict[str, Any]:
+    """`graphql_answer`, having first adopted the response's consistency token when `adopt` (a
+    mutation's response: a write may have committed even when an error follows)."""
+    body = json_body(response)
+    if adopt:
+        consistency.adopt(response.headers, body)
+    return graphql_answer(response, body)
+
+
 class AsyncTransport:
     """POST /graphql with retries on UNAVAILABLE, over one pooled httpx.AsyncClient."""
 
@@ -171,9 +195,13 @@ class AsyncTransport:
         retry: RetryPolicy,
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        consistency_token: str | None = None,
+        adopt_query_tokens: bool = False,
     ) -> None:
         self.base_url = _endpoint(base_url)
         self.retry = retry
+        self.consistency = ConsistencyToken(consistency_token)
+        self.adopt_query_tokens = adopt_query_tokens
         self.http = httpx.AsyncClient(
             base_url=self.base_url, headers=_headers(api_key, headers), timeout=timeout, transport=transport
         )
@@ -181,16 +209,18 @@ class AsyncTransport:
     async def execute(
         self, query: str, operation_name: str | None, variables: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        """The operation's `data`; a HakiError when it failed (after the retries, for UNAVAILABLE)."""
+        """The operation's `data`; a HakiError when it failed (after the retries, for UNAVAILABLE).
+        It sends the consistency token held, and adopts a mutation's."""
         body = {"query": query, "operationName": operation_name, "variables": jsonable_variables(variables)}
+        adopt = self.adopt_query_tokens or is_mutation(query, operation_name)
         started, failed = time.monotonic(), 0
         while True:
             try:
-                response = await self.http.post("/graphql", json=body)
+                response = await self.http.post("/graphql", json=body, headers=self.consistency.headers())
             except httpx.HTTPError as exc:
                 raise TransportError(f"no answer from {self.base_url}: {exc!r}") from exc
             try:
-                return graphql_data(response)
+                return _answer(response, self.consistency, adopt)
             except UnavailableError as error:
                 failed += 1
                 wait = _retry_wait(self.retry, error, failed, started)
@@ -205,7 +235,8 @@ class AsyncTransport:
         started, failed = time.monotonic(), 0
         while True:
             try:
-                async with self.http.stream("GET", path, params=params, headers={"Accept": NDJSON}) as response:
+                headers = {"Accept": NDJSON, **self.consistency.headers()}
+                async with self.http.stream("GET", path, params=params, headers=headers) as response:
                     if response.is_success:
                         async for line in response.aiter_lines():
                             if line.strip():
@@ -237,24 +268,30 @@ class SyncTransport:
         retry: RetryPolicy,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        consistency_token: str | None = None,
+        adopt_query_tokens: bool = False,
     ) -> None:
         self.base_url = _endpoint(base_url)
         self.retry = retry
+        self.consistency = ConsistencyToken(consistency_token)
+        self.adopt_query_tokens = adopt_query_tokens
         self.http = httpx.Client(
             base_url=self.base_url, headers=_headers(api_key, headers), timeout=timeout, transport=transport
         )
 
     def execute(self, query: str, operation_name: str | None, variables: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The operation's `data`; a HakiError when it failed (after the retries, for UNAVAILABLE)."""
+        """The operation's `data`; a HakiError when it failed (after the retries, for UNAVAILABLE).
+        It sends the consistency token held, and adopts a mutation's."""
         body = {"query": query, "operationName": operation_name, "variables": jsonable_variables(variables)}
+        adopt = self.adopt_query_tokens or is_mutation(query, operation_name)
         started, failed = time.monotonic(), 0
         while True:
             try:
-                response = self.http.post("/graphql", json=body)
+                response = self.http.post("/graphql", json=body, headers=self.consistency.headers())
             except httpx.HTTPError as exc:
                 raise TransportError(f"no answer from {self.base_url}: {exc!r}") from exc
             try:
-                return graphql_data(response)
+                return _answer(response, self.consistency, adopt)
             except UnavailableError as error:
                 failed += 1
                 wait = _retry_wait(self.retry, error, failed, started)
@@ -269,7 +306,8 @@ class SyncTransport:
         started, failed = time.monotonic(), 0
         while True:
             try:
-                with self.http.stream("GET", path, params=params, headers={"Accept": NDJSON}) as response:
+                headers = {"Accept": NDJSON, **self.consistency.headers()}
+                with self.http.stream("GET", path, params=params, headers=headers) as response:
                     if response.is_success:
                         for line in response.iter_lines():
                             if line.strip():

@@ -112,6 +112,12 @@ class HakiClient:
     `api_key` is sent as `Authorization: Bearer <key>` (leave it None against a server in
     development mode). `timeout` is per HTTP request, in seconds. `transport` replaces httpx's
     network transport (tests, proxies).
+
+    Read-your-writes: the client keeps the consistency token of its mutations' responses (the
+    highest one) and sends it on every later request, so that a read replica serves the request
+    only once it has replayed those writes. `consistency_token` starts it from a token another
+    client held; `adopt_query_tokens` also adopts the tokens of queries' responses (a `context`
+    call writes its trace), for reading a trace back right after its call.
     """
 
     def __init__(
@@ -123,6 +129,8 @@ class HakiClient:
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        consistency_token: str | None = None,
+        adopt_query_tokens: bool = False,
     ) -> None:
         self._transport = AsyncTransport(
             base_url,
@@ -131,6 +139,8 @@ class HakiClient:
             retry=retry or RetryPolicy(),
             headers=headers,
             transport=transport,
+            consistency_token=consistency_token,
+            adopt_query_tokens=adopt_query_tokens,
         )
         self.operations = AsyncOperations(self._transport)
         """The generated operations, one method per operation of queries.graphql."""
@@ -143,6 +153,22 @@ class HakiClient:
     ) -> None:
         await self.aclose()
 
+    @property
+    def consistency_token(self) -> str | None:
+        """The highest consistency token of this client's writes (like `0/16B3748`), sent on
+        each request so that a read replica answers only once it has replayed them; None before
+        any write. Setting it replaces the one held (None forgets it); ValueError when malformed."""
+        return self._transport.consistency.token
+
+    @consistency_token.setter
+    def consistency_token(self, token: str | None) -> None:
+        self._transport.consistency.replace(token)
+
+    def advance_consistency_token(self, token: str) -> str:
+        """Hold `token` (another client's, say) when it is higher than the one held; the token
+        held then. ValueError when it is malformed."""
+        return self._transport.consistency.advance(token)
+
     async def aclose(self) -> None:
         """Close the connection pool."""
         await self._transport.aclose()
@@ -150,7 +176,9 @@ class HakiClient:
     async def execute(
         self, document: str, variables: Mapping[str, Any] | None = None, operation_name: str | None = None
     ) -> dict[str, Any]:
-        """Any GraphQL document: its `data` as a dict (same auth, retries and errors)."""
+        """Any GraphQL document: its `data` as a dict (same auth, retries and errors). When the
+        operation it runs (`operation_name`'s, or the document's only one) is a mutation, the
+        response's consistency token is adopted, as for the methods that write."""
         return await self._transport.execute(document, operation_name, variables)
 
     # ------------------------------------------------------------------ reads
@@ -318,6 +346,8 @@ class HakiClientSync:
         retry: RetryPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        consistency_token: str | None = None,
+        adopt_query_tokens: bool = False,
     ) -> None:
         self._transport = SyncTransport(
             base_url,
@@ -326,6 +356,8 @@ class HakiClientSync:
             retry=retry or RetryPolicy(),
             headers=headers,
             transport=transport,
+            consistency_token=consistency_token,
+            adopt_query_tokens=adopt_query_tokens,
         )
         self.operations = SyncOperations(self._transport)
         """The generated operations, one method per operation of queries.graphql."""
@@ -338,6 +370,22 @@ class HakiClientSync:
     ) -> None:
         self.close()
 
+    @property
+    def consistency_token(self) -> str | None:
+        """The highest consistency token of this client's writes (like `0/16B3748`), sent on
+        each request so that a read replica answers only once it has replayed them; None before
+        any write. Setting it replaces the one held (None forgets it); ValueError when malformed."""
+        return self._transport.consistency.token
+
+    @consistency_token.setter
+    def consistency_token(self, token: str | None) -> None:
+        self._transport.consistency.replace(token)
+
+    def advance_consistency_token(self, token: str) -> str:
+        """Hold `token` (another client's, say) when it is higher than the one held; the token
+        held then. ValueError when it is malformed."""
+        return self._transport.consistency.advance(token)
+
     def close(self) -> None:
         """Close the connection pool."""
         self._transport.close()
@@ -345,7 +393,9 @@ class HakiClientSync:
     def execute(
         self, document: str, variables: Mapping[str, Any] | None = None, operation_name: str | None = None
     ) -> dict[str, Any]:
-        """Any GraphQL document: its `data` as a dict (same auth, retries and errors)."""
+        """Any GraphQL document: its `data` as a dict (same auth, retries and errors). When the
+        operation it runs (`operation_name`'s, or the document's only one) is a mutation, the
+        response's consistency token is adopted, as for the methods that write."""
         return self._transport.execute(document, operation_name, variables)
 
     # ------------------------------------------------------------------ reads
