@@ -604,6 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the GraphQL server (GraphiQL at /graphql)")
     serve.add_argument("--host", default=None, help="bind address (HAKI_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="port (HAKI_PORT, default 8000)")
+    serve.add_argument(
+        "--workers",
+        default=None,
+        help="server processes, a number or `auto` for one per core (HAKI_WORKERS, default 1)",
+    )
     sub.add_parser("migrate", help="apply pending database migrations")
     sub.add_parser("reembed", help="re-embed every stored text with HAKI_EMBED_PROVIDER (switches the database)")
     sub.add_parser(
@@ -674,7 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setting = DATA_DIR  # the setting behind the resource in use, for errors that name none
     debug = False
-    overrides: dict[str, Any] = {"host": args.host, "port": args.port} if args.command == "serve" else {}
+    overrides: dict[str, Any] = (
+        {"host": args.host, "port": args.port, "workers": args.workers} if args.command == "serve" else {}
+    )
     flags = {field: f"--{field}" for field, value in overrides.items() if value is not None}
     try:
         settings = load_settings(**overrides)

@@ -80,10 +80,10 @@ class _Parent:
                 self._start(slot)
             host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
             log.info(
-                "serving GraphQL at http://%s:%s/graphql with %d worker processes",
+                "starting %d worker processes to serve GraphQL at http://%s:%s/graphql",
+                self.settings.workers,
                 host,
                 self.settings.port,
-                self.settings.workers,
             )
             return await self._watch()
         finally:
@@ -165,8 +165,9 @@ def worker_main(settings: Settings, sock: socket.socket) -> None:
     """One worker: a server on the inherited socket, attached to the parent's database."""
     import sys
 
-    from .cli import cmd_serve_on, configure_logging
+    from .cli import cmd_serve_on, configure_logging, quiet_third_parties
 
+    quiet_third_parties()
     configure_logging(settings.log_level or LogLevel.INFO, log_format=WORKER_LOG_FORMAT)
     # The parent asks the stop (SIGTERM); a Ctrl-C reaches the whole process group, and the
     # parent's SIGTERM that follows it is then ignored by a worker already stopping.
