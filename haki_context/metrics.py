@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from starlette.datastructures import State
 from starlette.requests import Request
@@ -31,6 +33,9 @@ from .core.serving.replicas import ReplicaSet, ReplicaState
 from .settings import MetricsAccess
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# prometheus-client's own variable: where the processes of one server keep their counters. Read
+# by prometheus-client when it is first imported, so set before a worker starts.
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -218,10 +223,23 @@ async def _database_up(state: State) -> bool | None:
 
 
 def exposition(state: State, database_up: bool | None) -> bytes:
-    """The Prometheus text of the process's counters and `state`'s gauges."""
+    """The Prometheus text of the counters and `state`'s gauges.
+
+    Under several workers (PROMETHEUS_MULTIPROC_DIR, set by their parent: workers.py) each
+    process writes its counters and histograms to files there, and a scrape, answered by one
+    worker, sums every worker's; the gauges are the answering process's own."""
     gauges = CollectorRegistry(auto_describe=False)
     gauges.register(_AppGauges(state, database_up))
-    return generate_latest(REGISTRY) + generate_latest(gauges)
+    return _counters() + generate_latest(gauges)
+
+
+def _counters() -> bytes:
+    shared = os.environ.get(MULTIPROCESS_DIR)
+    if not shared:
+        return generate_latest(REGISTRY)
+    every_process = CollectorRegistry()
+    MultiProcessCollector(every_process, path=shared)  # type: ignore[no-untyped-call]
+    return generate_latest(every_process)
 
 
 class MetricsEndpoint:

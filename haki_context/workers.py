@@ -18,14 +18,19 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 from .app import POOL_CLOSE_TIMEOUT_S, apply_migrations, start_embedded
 from .core.serving.supervisor import Supervisor
 from .db import embedded
+from .metrics import MULTIPROCESS_DIR
 from .settings import LogLevel, Settings
 from .startup_errors import StartupError, check_connection_budget, check_database
 
@@ -58,6 +63,7 @@ class _Parent:
         self.workers: dict[int, tuple[BaseProcess, float]] = {}  # slot -> (process, started at)
         self.stop = asyncio.Event()
         self.early_exits = 0
+        self.metrics_dir: Path | None = None
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -76,6 +82,7 @@ class _Parent:
                 supervisor = asyncio.create_task(
                     Supervisor(server, None, self.settings.database_check_interval_s).run()
                 )
+            self._share_metrics()
             for slot in range(self.settings.workers):
                 self._start(slot)
             host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
@@ -96,6 +103,16 @@ class _Parent:
                 await asyncio.to_thread(server.close)
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+            if self.metrics_dir is not None:
+                shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+    def _share_metrics(self) -> None:
+        """A folder where every worker keeps its counters, so a scrape answered by any one
+        sums them all (metrics.py); an operator's own PROMETHEUS_MULTIPROC_DIR is used as it is."""
+        if os.environ.get(MULTIPROCESS_DIR):
+            return
+        self.metrics_dir = Path(tempfile.mkdtemp(prefix="haki-context-metrics-"))
+        os.environ[MULTIPROCESS_DIR] = str(self.metrics_dir)  # the workers inherit it
 
     async def _database(self) -> tuple[embedded.EmbeddedPostgres | None, str]:
         if self.settings.database_url:
