@@ -20,6 +20,7 @@ in `embedder.fp32_encoder`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -111,6 +112,17 @@ def ensure_fp32(cache_dir: Path) -> Path:
     if target.exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)  # an unusable cache folder fails before any model loads
+    # One build at a time per cache folder: the workers of one server (or several servers sharing
+    # the cache) starting together wait for the first build, then find its file.
+    with (cache_dir / ".build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        _build_fp32(model_dir, cache_dir, target)
+    return target
+
+
+def _build_fp32(model_dir: Path, cache_dir: Path, target: Path) -> None:
     log.info("building the fp32 ONNX export of all-MiniLM-L6-v2 into %s (once, ~15 s)", cache_dir)
     reference = MiniLMEncoder()
     texts = {"check_sentences": CHECK_SENTENCES}
@@ -127,7 +139,6 @@ def ensure_fp32(cache_dir: Path) -> Path:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    return target
 
 
 def build_shipped_model(out_dir: Path, *, extra_texts: Sequence[str] = ()) -> dict[str, Any]:
