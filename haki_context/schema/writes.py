@@ -10,6 +10,7 @@ of the non-null `context` field would: no packet is ever served without its trac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -72,7 +73,10 @@ class ConsistencyToken(SchemaExtension):
             return  # nothing ran, or nothing answered: no write to follow
         traced = bool(getattr(ctx, "trace_writes", None)) and rt.replicas is not None
         if mutation or traced:
-            self._token = await written_position(rt)
+            # The writes committed: a primary lost just now costs the token, never the answer
+            # (the client's next read then goes where it would without one).
+            with contextlib.suppress(Exception):
+                self._token = await written_position(rt)
 
     def get_results(self) -> dict[str, Any]:
         return {TOKEN_EXTENSION: self._token} if self._token is not None else {}
