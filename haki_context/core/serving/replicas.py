@@ -205,6 +205,10 @@ class ReplicaSet:
         caught_up = primary_at is not None and (status.replay_position or 0) >= primary_at
         lag = 0.0 if caught_up else (status.replay_age_ms or 0.0)
         state = ReplicaState.HEALTHY if lag <= self.max_lag_ms else ReplicaState.LAGGING
+        if replica.state is ReplicaState.DOWN and replica.checked:
+            # Back from down: the pool's connections to the server that went are dropped now,
+            # not met one by one by the next reads.
+            await replica.pool.expire_connections()
         self._set(replica, state, lag, why=f"replay lag {lag:.0f} ms")
 
     def _set(self, replica: Replica, state: ReplicaState, lag_ms: float | None, *, why: str) -> None:
