@@ -342,10 +342,11 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
             server = await start_embedded(settings)
             stack.callback(server.close)
             dsn = server.uri
-        await apply_migrations(dsn)
         # A standby allows at least the primary's max_connections (PostgreSQL's rule for hot
-        # standbys): the primary's budget holds for every replica.
+        # standbys): the primary's budget holds for every replica. Checked before migrating, so
+        # a start refused for it leaves the schema as it was.
         await check_connection_budget(dsn, workers=settings.workers, pool_max_size=settings.pool_max_size)
+        await apply_migrations(dsn)
         pool = await open_pool(dsn, settings)
         stack.push_async_callback(close_pool, pool)
         replicas = await _open_replicas(pool, settings, stack) if settings.replica_urls else None

@@ -75,8 +75,9 @@ class _Parent:
             server, dsn = await self._database()
             if self.stop.is_set():
                 return 0
-            await apply_migrations(dsn)
+            # Checked first: a start refused for its connections leaves the schema as it was.
             await check_connection_budget(dsn, workers=self.settings.workers, pool_max_size=self.settings.pool_max_size)
+            await apply_migrations(dsn)
             if server is not None and server.owned:
                 # Only this process restarts the embedded server; the workers attach to it.
                 supervisor = asyncio.create_task(
