@@ -317,6 +317,51 @@ def test_a_live_subscriber_gets_the_traces_of_calls_served_by_either_worker(serv
         assert not missing, f"traces never announced (trace id: the worker that served it): {missing}"
 
 
+def _scrape(served: Served) -> tuple[str, int]:
+    """GET /metrics on a new connection: the text, and the worker that answered it."""
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=WAIT_S)
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        text = response.read().decode()
+        assert response.status == 200, text
+        assert conn.sock is not None
+        client = conn.sock.getsockname()[:2]
+        (owner,) = [w.pid for w in served.workers() if _holds(w, served.port, client)]
+        return text, owner
+    finally:
+        conn.close()
+
+
+def _recorded(text: str) -> float:
+    line = next(
+        line
+        for line in text.splitlines()
+        if line.startswith('haki_graphql_requests_total{code="OK",operation="recordEvent"}')
+    )
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_every_worker_answers_metrics_with_the_counts_of_all_of_them(served: Served) -> None:
+    subject = f"metrics-{uuid.uuid4().hex[:8]}"
+    before, _ = _scrape(served)
+    served_by: list[int] = []
+    for _ in range(MOST_CALLS):
+        served_by.append(served.graphql(RECORD, s=subject).worker)
+        if len(served_by) >= 10 and len(set(served_by)) == 2:
+            break
+    assert set(served_by) == _worker_pids(served)  # both workers recorded some
+    scraped_by: set[int] = set()
+    for _ in range(MOST_CALLS):
+        text, worker = _scrape(served)
+        # Whichever worker answers, it counts every worker's calls.
+        assert _recorded(text) == _recorded(before) + len(served_by)
+        scraped_by.add(worker)
+        if scraped_by == _worker_pids(served):
+            break
+    assert scraped_by == _worker_pids(served)
+
+
 @pytest.mark.parametrize(
     ("sig", "group"),
     [(signal.SIGTERM, False), (signal.SIGINT, True)],
