@@ -38,6 +38,7 @@ from .startup_errors import (
     DATABASE_URL,
     MODEL_CACHE_DIR,
     PREFIX,
+    REPLICA_URLS,
     StartupError,
     bind_port,
     check_database,
@@ -117,6 +118,8 @@ def preflight(settings: Settings, *, embedder: bool = False, builds_model: bool 
         database_target(settings.database_url)
     else:
         embedded.check_data_dir(settings.data_dir)
+    for url in settings.replica_urls:
+        database_target(url, setting=REPLICA_URLS)
     if builds_model or (embedder and settings.embed_provider is not EmbedProvider.HASHING):
         _check_model_cache(settings, writable=builds_model)
 

@@ -324,24 +324,17 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_origins(cls, value: Any) -> Any:
         """A comma-separated or JSON list of origins, each as a browser sends it in `Origin`."""
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("[") else text.split(",")
-        if not isinstance(value, list | tuple):
+        items = _listed(value)
+        if items is None:
             return value  # the field's own validation names the variable
-        origins = tuple(_origin(str(item)) for item in value if str(item).strip())
-        return origins or None
+        return tuple(_origin(item) for item in items) or None
 
     @field_validator("replica_urls", mode="before")
     @classmethod
     def _parse_replicas(cls, value: Any) -> Any:
-        """A comma-separated list of PostgreSQL URLs (a JSON list is read too)."""
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("[") else text.split(",")
-        if not isinstance(value, list | tuple):
-            return value
-        return tuple(str(item).strip() for item in value if str(item).strip())
+        """A comma-separated or JSON list of PostgreSQL URLs."""
+        items = _listed(value)
+        return value if items is None else tuple(item.strip() for item in items)
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -402,6 +395,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _listed(value: Any) -> list[str] | None:
+    """The non-blank items of a setting written as a comma-separated or JSON list; None when
+    `value` is no list (the field's own validation then names the variable)."""
+    if isinstance(value, str):
+        text = value.strip()
+        value = json.loads(text) if text.startswith("[") else text.split(",")
+    if not isinstance(value, list | tuple):
+        return None
+    return [str(item) for item in value if str(item).strip()]
 
 
 def _origin(text: str) -> str:

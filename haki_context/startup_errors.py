@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 PREFIX = "haki-context: error: "
 
 DATABASE_URL = "HAKI_DATABASE_URL"
+REPLICA_URLS = "HAKI_REPLICA_URLS"
 DATA_DIR = "HAKI_DATA_DIR"
 MODEL_CACHE_DIR = "HAKI_MODEL_CACHE_DIR"
 EMBED_PROVIDER = "HAKI_EMBED_PROVIDER"
@@ -134,20 +135,20 @@ def _os_reason(exc: OSError) -> str:
 # --- the database URL
 
 
-def database_target(url: str) -> str:
+def database_target(url: str, *, setting: str = DATABASE_URL) -> str:
     """`host:port` (or a socket directory) of a PostgreSQL URL; StartupError when it is not one.
 
-    The URL's password never appears in the result nor in the error."""
+    The URL's password never appears in the result nor in the error, which names `setting`."""
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as exc:
-        raise StartupError(f"the database URL does not parse: {_redacted(str(exc), url)}", DATABASE_URL) from exc
+        raise StartupError(f"the database URL does not parse: {_redacted(str(exc), url)}", setting) from exc
     if parts.scheme not in ("postgresql", "postgres"):
         got = f"got scheme {parts.scheme!r}" if parts.scheme else "got no scheme"
         raise StartupError(
             f"the database URL is not a PostgreSQL URL: expected postgresql://user:password@host:port/database, {got}",
-            DATABASE_URL,
+            setting,
         )
     query = parse_qs(parts.query)
     host = parts.hostname or (query.get("host") or ["localhost"])[0]

@@ -364,3 +364,10 @@ def test_a_reembed_that_kept_giving_way_is_one_line_saying_to_run_it_again() -> 
     assert line == (
         "haki-context: error: re-embedding facts gave way to concurrent writes of the same rows for 300 s; run it again"
     )
+
+
+@pytest.mark.parametrize("urls", ["mysql://db.internal/app", "postgresql://host:99999999/db"])
+def test_a_replica_url_that_is_no_postgresql_url_is_one_error_line(scratch: Path, urls: str) -> None:
+    result = run_cli("serve", "--port", str(free_port()), HAKI_DATA_DIR=str(scratch / "data"), HAKI_REPLICA_URLS=urls)
+    assert_one_error_line(result, "HAKI_REPLICA_URLS")
+    assert not (scratch / "data").exists()  # refused before any database started
