@@ -321,3 +321,19 @@ async def test_an_mcp_session_reads_its_own_writes(migrated: str, standby_uri: s
             stranger = Invocation(rt, Caller.operator("default"))  # another session: no token
             data = await gateway.run(GET_CONTEXT, {"subject": subject, "query": text}, stranger)
             assert text not in data["context"]["rendered"]
+
+
+async def test_a_stateless_mcp_call_without_a_token_reads_from_the_primary(
+    migrated: str, standby_uri: str, subject: str
+) -> None:
+    # MCP over HTTP keeps no session: a call that sends no token must still see the turn its
+    # agent recorded a call before, so its reads go to the primary.
+    async with replica_runtime(migrated, standby_uri, replica_max_lag_ms=3_600_000) as rt:
+        gateway = Gateway(schema_for(rt.settings))
+        text = f"recorded over MCP without a session {uuid.uuid4().hex[:6]}"
+        turn = {"subjectId": subject, "kind": "conversation.message", "payload": {"text": text}}
+        async with replay_paused(standby_uri):
+            await gateway.run(REMEMBER, {"inputs": [turn]}, Invocation(rt, Caller.operator("default"), stateless=True))
+            asked = Invocation(rt, Caller.operator("default"), stateless=True)
+            data = await gateway.run(GET_CONTEXT, {"subject": subject, "query": text}, asked)
+            assert text in data["context"]["rendered"]
