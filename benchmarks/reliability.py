@@ -12,7 +12,10 @@ code, p50/p99 and the lost writes and traces.
 - `pg-stop`: the database stopped (`pg_ctl stop -m fast`) for `--stop-seconds` (30), then started;
 - `pg-kill`: kill -9 of the postmaster (the server's supervisor must restart it), run with
   durable traces on (`HAKI_DURABLE_TRACES=1`) and off (the default);
-- `server-kill`: kill -9 of the server, then a new server on the same data dir.
+- `server-kill`: kill -9 of the server, then a new server on the same data dir;
+- `replica-kill`: the server reads from a streaming standby of its database (db/standby.py,
+  HAKI_REPLICA_URLS), and the standby's postmaster is killed with kill -9: no call may fail,
+  and reads go on on the primary (read statements on each, from /metrics, before and after).
 
 For each: time to recover (from the fault to the first call, started after it, that succeeds;
 or "not recovered within X s"), and nothing acknowledged lost (with durable traces off, a
@@ -44,6 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from haki_context.db import embedded, standby
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +97,9 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = log_dir / f"server-{self.port}.log"
         self.pgdata = data_dir.resolve() / "pg"
+        self.env: dict[str, str] = {}  # more settings of the server (the replica fault's)
+        self.standby_dir: Path | None = None  # the replica fault's standby, stopped with the server
+        self.standby_pids: list[int] = []  # its processes when it was killed: none may outlive the run
 
     async def start(self, timeout: float = 120.0) -> float:
         """Start the server; the seconds until /readyz answers 200."""
@@ -106,6 +115,7 @@ class Server:
                 "HAKI_SCOPE_INDEX_INTERVAL_S": "0",
             }
         )
+        env.update(self.env)
         started = time.monotonic()
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child holds it; closed with the process
         self.proc = subprocess.Popen(
@@ -148,6 +158,18 @@ class Server:
                 self.kill()
         if self.postmaster_pid() is not None:  # a database adopted from a killed server outlives ours
             self.pg_ctl("stop", "-m", "immediate", check=False)
+
+    def stop_standby(self) -> None:
+        """Stop the replica fault's standby, and end any of its processes the kill left behind."""
+        if self.standby_dir is not None and (self.standby_dir / standby.MARKER).exists():
+            with contextlib.suppress(Exception):
+                made = standby.load(self.standby_dir)
+                standby.stop(self.standby_dir)
+                if not made.socket_dir.is_relative_to(self.standby_dir):
+                    shutil.rmtree(made.socket_dir, ignore_errors=True)
+        for pid in self.standby_pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     # ------------------------------------------------------------ the database
 
@@ -220,6 +242,7 @@ class Load:
                 return
             pick = rng.random()
             words = " ".join(rng.sample(WORDS, 3))
+            variables: dict[str, Any]
             if pick < 0.5:
                 query, variables = CONTEXT, {"s": subject, "q": f"what about {words}?"}
             elif pick < 0.75:
@@ -349,7 +372,44 @@ async def run_load(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await server.stop()
 
 
-FAULTS = ("pg-restart", "pg-stop", "pg-kill", "server-kill")
+FAULTS = ("pg-restart", "pg-stop", "pg-kill", "server-kill", "replica-kill")
+
+
+async def add_replica(server: Server, root: Path) -> dict[str, Any]:
+    """A streaming standby of the server's embedded database, and the server started again
+    with it as its replica (HAKI_REPLICA_URLS); returns once the server finds it healthy."""
+    await server.start()
+    primary = standby.embedded_primary(server.data_dir)
+    if primary is None:
+        raise RuntimeError("the server runs no embedded PostgreSQL to copy")
+    uri, system_user = primary
+    server.standby_dir = root / f"standby-{server.port}"
+    made = await asyncio.to_thread(standby.create, uri, server.standby_dir, system_user=system_user)
+    await server.stop()
+    server.env.update({"HAKI_REPLICA_URLS": made.uri, "HAKI_METRICS": "public"})
+    await server.start()
+    deadline = time.monotonic() + 60.0
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        while True:
+            ready = (await client.get(f"{server.url}/readyz")).json()
+            state = ((ready.get("replicas") or [{}])[0]).get("state")
+            if state == "healthy":
+                return {"standby": made.uri}
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replica is {state}, not healthy, 60 s after the server started")
+            await asyncio.sleep(0.2)
+
+
+async def reads_by_target(url: str) -> dict[str, float]:
+    """Read statements so far on the replicas and on the primary (/metrics `haki_reads_total`)."""
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        text = (await client.get(f"{url}/metrics")).text
+    out = {"replica": 0.0, "primary": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "haki_reads_total":
+                out["primary" if sample.labels.get("target") == "primary" else "replica"] += float(sample.value)
+    return out
 
 
 async def inject(name: str, server: Server, stop_seconds: float) -> dict[str, Any]:
@@ -374,6 +434,18 @@ async def inject(name: str, server: Server, stop_seconds: float) -> dict[str, An
         server.kill()
         await server.start()
         return {}
+    if name == "replica-kill":
+        assert server.standby_dir is not None
+        pgdata = standby.load(server.standby_dir).pgdata
+        pid = embedded.postmaster_pid(pgdata)
+        if pid is None or not embedded.pid_alive(pid):
+            raise RuntimeError("no standby postmaster to kill")
+        with contextlib.suppress(Exception):
+            import psutil
+
+            server.standby_pids = [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        os.kill(pid, signal.SIGKILL)
+        return {"killed_pid": pid}
     raise ValueError(name)
 
 
@@ -382,12 +454,16 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
     server = Server(data_dir, durable_traces=durable_traces, embedder=args.embedder, log_dir=root)
     result: dict[str, Any] = {"fault": name, "durable_traces": durable_traces}
     try:
-        await server.start()
+        if name == "replica-kill":
+            result["replica"] = await add_replica(server, root)
+        else:
+            await server.start()
         load = Load(server.url, args.clients)
         running = asyncio.create_task(
             load.run(args.before + args.recover_timeout + args.after + args.stop_seconds + 60)
         )
         await asyncio.sleep(args.before)
+        reads_before = await reads_by_target(server.url) if name == "replica-kill" else None
         fault_at = time.monotonic()
         acked_before = len(load.traces)
         result["fault_detail"] = await inject(name, server, args.stop_seconds)
@@ -410,6 +486,12 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
         await asyncio.sleep(args.after)
         load.stop.set()
         await running
+        if reads_before is not None:
+            # Reads went on without the replica: where they ran before and after the kill.
+            reads_after = await reads_by_target(server.url)
+            result["reads_before_fault"] = reads_before
+            result["reads_after_fault"] = {k: reads_after[k] - reads_before[k] for k in reads_after}
+            result["context_answered_after_fault"] = sum(1 for _, at in load.traces if at > fault_at)
         # Traces answered within a second before the fault: those an asynchronous commit may lose.
         result["traces_answered_in_the_last_second_before_fault"] = sum(
             1 for _, at in load.traces[:acked_before] if fault_at - at < 1.0
@@ -420,6 +502,8 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
             result["lost_events"] == 0
             and result["lost_facts"] == 0
             and (result["lost_traces"] == 0 or not traces_must_survive)
+            # A replica lost under load fails no call: the primary serves its reads.
+            and (name != "replica-kill" or not result["errors"])
         )
         return result
     except Exception as exc:  # a fault that breaks the harness is reported, and the next one runs
@@ -427,6 +511,7 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
         return result
     finally:
         await server.stop()
+        server.stop_standby()
 
 
 async def run_faults(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
@@ -446,7 +531,7 @@ def summary(result: dict[str, Any]) -> str:
         + ": "
     )
     if "error" in result:
-        return head + "ERROR " + result["error"]
+        return head + "ERROR " + str(result["error"])
     parts = [
         f"calls {result['calls']} ({result['succeeded']} ok)",
         "errors " + (", ".join(f"{k} {v}" for k, v in result["errors"].items()) or "none"),
@@ -454,6 +539,13 @@ def summary(result: dict[str, Any]) -> str:
     ]
     if "recovery" in result:
         parts.append(f"recovery {result['recovery']}")
+    if "reads_after_fault" in result:
+        before, after = result["reads_before_fault"], result["reads_after_fault"]
+        parts.append(
+            f"reads before the kill: replica {before['replica']:g}, primary {before['primary']:g};"
+            f" after: replica {after['replica']:g}, primary {after['primary']:g};"
+            f" context calls answered after the kill {result['context_answered_after_fault']}"
+        )
     parts.append(
         f"lost events {result['lost_events']}/{result['acknowledged']['events']}, "
         f"facts {result['lost_facts']}/{result['acknowledged']['facts']}, "

@@ -89,6 +89,19 @@ def test_kill_9_of_postgres_without_durable_traces_loses_no_write(
     assert result["lost_traces"] <= result["acknowledged"]["traces"]
 
 
+def test_kill_9_of_the_replica_fails_no_call_and_reads_go_on_on_the_primary(
+    faults: dict[tuple[str, bool], dict[str, Any]],
+) -> None:
+    result = faults[("replica-kill", False)]
+    no_error(result)
+    assert result["errors"] == {}, result["errors"]
+    assert (result["lost_events"], result["lost_facts"], result["lost_traces"]) == (0, 0, 0), result
+    assert result["reads_before_fault"]["replica"] > 0, result  # the replica served reads before the kill
+    assert result["context_answered_after_fault"] > 0, result
+    assert result["reads_after_fault"]["primary"] > 0, result
+    assert result["ok"], result
+
+
 @pytest.mark.parametrize("durable", [True, False])
 def test_kill_9_of_postgres_is_recovered_by_the_server(
     faults: dict[tuple[str, bool], dict[str, Any]], durable: bool
