@@ -98,6 +98,10 @@ OPERATIONAL_SETTINGS = (
     "admission_wait_s",
     "shutdown_grace_s",
     "database_check_interval_s",
+    "workers",
+    "replica_urls",
+    "replica_max_lag_ms",
+    "replica_wait_ms",
     "embed_provider",  # the embedder's identity is recorded from the embedder itself
     "embed_threads",
     "embed_query_threads",

@@ -34,23 +34,29 @@ class Runtime:
     embedded: EmbeddedPostgres | None = None
     # The read replicas of HAKI_REPLICA_URLS; None without any.
     replicas: ReplicaSet | None = None
-    # Where this runtime's reads go; the primary unless `routed` chose otherwise.
-    reads: Reads = None  # type: ignore[assignment]  # set in __post_init__ when not given
+    # One request's route to the replicas (`routed`); None: reads use `pool`, the primary's.
+    route: Reads | None = None
     # Built from `settings`, never passed nor copied: a runtime made with other settings
     # (dataclasses.replace) gets its own admission with that runtime's limits.
     admission: Admission = field(init=False, repr=False, compare=False)
+    # Reads on `pool`; made again with it (a runtime made with another pool reads from that one).
+    _on_primary: PrimaryReads = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "admission", Admission.from_settings(self.settings))
-        if self.reads is None:
-            object.__setattr__(self, "reads", PrimaryReads(self.pool))
+        object.__setattr__(self, "_on_primary", PrimaryReads(self.pool))
+
+    @property
+    def reads(self) -> Reads:
+        """Where read-only statements run: this request's route, else the primary's pool."""
+        return self.route if self.route is not None else self._on_primary
 
     def routed(self, token: int | None) -> Runtime:
         """This runtime with one request's reads routed: to the replicas when the server has
         them (past `token`, a consistency token, when given), else itself unchanged."""
         if self.replicas is None:
             return self
-        routed = replace(self, reads=self.replicas.route(token))
+        routed = replace(self, route=self.replicas.route(token))
         object.__setattr__(routed, "admission", self.admission)  # one process, one admission
         return routed
 
