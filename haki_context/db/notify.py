@@ -12,13 +12,16 @@ import asyncpg
 
 from .traces import TRACE_CHANNEL
 
+# How the listening connection names itself in pg_stat_activity.
+LISTENER_NAME = "haki-context live traces"
+
 # asyncpg's listener signature: (connection, backend pid, channel, payload).
 Listener = Callable[[asyncpg.Connection, int, str, str], None]
 
 
 async def listen(dsn: str, on_trace: Listener, *, timeout_s: float = 10.0) -> asyncpg.Connection:
     """A new connection to `dsn` LISTENing on the trace channel, calling `on_trace` per notification."""
-    conn = await asyncpg.connect(dsn, timeout=timeout_s)
+    conn = await asyncpg.connect(dsn, timeout=timeout_s, server_settings={"application_name": LISTENER_NAME})
     try:
         await conn.add_listener(TRACE_CHANNEL, on_trace)
     except BaseException:
