@@ -16,9 +16,19 @@ code, p50/p99 and the lost writes and traces.
 - `replica-kill`: the server reads from a streaming standby of its database (db/standby.py,
   HAKI_REPLICA_URLS), and the standby's postmaster is killed with kill -9: no call may fail,
   and reads go on on the primary (read statements on each, from /metrics, before and after).
+- `failover-kill`: the server runs on a three-node Patroni cluster (deploy/patroni: its
+  multi-host HAKI_DATABASE_URL, every node in HAKI_REPLICA_URLS), and the leader's postmaster is
+  killed with kill -9: Patroni promotes the synchronous standby. Run with durable traces on and
+  off. Calls may only be refused (UNAVAILABLE), writes must succeed again within 30 s, and no
+  acknowledged write may be lost;
+- `switchover`: the same cluster, a planned switchover (Patroni's REST API) to the synchronous
+  standby; the same bounds, and no trace lost either.
+
+The two Patroni faults run when named (`--fault failover-kill --fault switchover`): they need
+Patroni and etcd (deploy/patroni/README.md); `faults` alone runs the others.
 
 For each: time to recover (from the fault to the first call, started after it, that succeeds;
-or "not recovered within X s"), and nothing acknowledged lost (with durable traces off, a
+or "not recovered within X s"; for the Patroni faults, the first write), and nothing acknowledged lost (with durable traces off, a
 database crash may lose the traces of the last fraction of a second: counted, not failed).
 Loops are bounded in time and count; all traffic goes to 127.0.0.1. `--json PATH` writes
 every figure. Exit status 1 when an acknowledged write, or a trace that had to survive, is lost.
@@ -49,6 +59,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from deploy.patroni.cluster import Cluster, Ports
 from haki_context.db import embedded, standby
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -224,6 +235,8 @@ class Load:
     latencies_ms: list[float] = field(default_factory=list)
     successes: list[tuple[float, float]] = field(default_factory=list)  # (started, ended), monotonic
     refusals: list[float] = field(default_factory=list)  # when each refused call started
+    write_successes: list[tuple[float, float]] = field(default_factory=list)  # mutations alone
+    write_refusals: list[float] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     facts: list[str] = field(default_factory=list)
     traces: list[tuple[str, float]] = field(default_factory=list)  # (id, answered at)
@@ -258,10 +271,14 @@ class Load:
             self.calls += 1
             if data is None:
                 self.refusals.append(started)
+                if query is not CONTEXT:
+                    self.write_refusals.append(started)
                 await asyncio.sleep(0.05)  # a refused call: do not spin
                 continue
             self.latencies_ms.append((ended - started) * 1000)
             self.successes.append((started, ended))
+            if query is not CONTEXT:
+                self.write_successes.append((started, ended))
             if "context" in data:
                 self.traces.append((data["context"]["traceId"], ended))
             elif "recordEvents" in data:
@@ -303,6 +320,20 @@ class Load:
         else:
             return None
         ends = [end for start, end in self.successes if start >= since]
+        return min(ends) - fault_at if ends else None
+
+    def writes_back_after(self, fault_at: float, quiet_s: float = 3.0) -> float | None:
+        """Seconds from the fault to the first acknowledged write begun after the first write
+        refused after it, or None while there is none; as `recovered_after`, a fault that refuses
+        no write within `quiet_s` did not show, and the first write after it counts."""
+        refused = [t for t in self.write_refusals if t >= fault_at]
+        if refused:
+            since = min(refused)
+        elif time.monotonic() - fault_at >= quiet_s:
+            since = fault_at
+        else:
+            return None
+        ends = [end for start, end in self.write_successes if start >= since]
         return min(ends) - fault_at if ends else None
 
     def figures(self) -> dict[str, Any]:
@@ -372,7 +403,42 @@ async def run_load(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await server.stop()
 
 
-FAULTS = ("pg-restart", "pg-stop", "pg-kill", "server-kill", "replica-kill")
+FAULTS = ("pg-restart", "pg-stop", "pg-kill", "server-kill", "replica-kill", "failover-kill", "switchover")
+PATRONI_FAULTS = ("failover-kill", "switchover")
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in PATRONI_FAULTS)  # `faults` without --fault
+WRITES_BACK_WITHIN_S = 30.0  # the Patroni faults' bound on the time without writes
+
+
+async def on_patroni(server: Server, root: Path) -> tuple[Cluster, dict[str, Any]]:
+    """A three-node Patroni cluster (deploy/patroni) and the server started on it: its multi-host
+    URL, every node as a replica (the leader's is left out as not_standby). Returns once the
+    server finds both standbys healthy."""
+    cluster = Cluster(root / f"patroni-{server.port}", Ports.free())
+    try:
+        members = await asyncio.to_thread(cluster.start, 180.0, lambda line: None)
+        server.env.update(
+            {
+                "HAKI_DATABASE_URL": cluster.database_url(),
+                "HAKI_REPLICA_URLS": ",".join(cluster.replica_urls()),
+                "HAKI_METRICS": "public",
+            }
+        )
+        await server.start()
+        deadline = time.monotonic() + 60.0
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            while True:
+                ready = (await client.get(f"{server.url}/readyz")).json()
+                states = [r.get("state") for r in ready.get("replicas") or []]
+                if states.count("healthy") == 2:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"replicas {states}, not two healthy, 60 s after the server started")
+                await asyncio.sleep(0.2)
+    except BaseException:
+        await asyncio.to_thread(cluster.stop, True, lambda line: None)
+        raise
+    leader = next(m.name for m in members if m.role == "leader")
+    return cluster, {"leader": leader}
 
 
 async def add_replica(server: Server, root: Path) -> dict[str, Any]:
@@ -412,8 +478,14 @@ async def reads_by_target(url: str) -> dict[str, float]:
     return out
 
 
-async def inject(name: str, server: Server, stop_seconds: float) -> dict[str, Any]:
+async def inject(name: str, server: Server, stop_seconds: float, cluster: Cluster | None = None) -> dict[str, Any]:
     """The fault itself; what it did."""
+    if name == "failover-kill":
+        assert cluster is not None
+        return await asyncio.to_thread(cluster.kill_leader_postmaster)
+    if name == "switchover":
+        assert cluster is not None
+        return await asyncio.to_thread(cluster.switchover)
     if name == "pg-restart":
         done = server.pg_ctl("restart", "-w", "-m", "fast", "-l", str(server.pgdata / "reliability.log"), check=False)
         return {"pg_ctl": (done.stdout + done.stderr).strip().splitlines()[-1:]}
@@ -453,9 +525,12 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
     data_dir = root / f"data-{name}-{int(durable_traces)}"
     server = Server(data_dir, durable_traces=durable_traces, embedder=args.embedder, log_dir=root)
     result: dict[str, Any] = {"fault": name, "durable_traces": durable_traces}
+    cluster: Cluster | None = None
     try:
         if name == "replica-kill":
             result["replica"] = await add_replica(server, root)
+        elif name in PATRONI_FAULTS:
+            cluster, result["cluster"] = await on_patroni(server, root)
         else:
             await server.start()
         load = Load(server.url, args.clients)
@@ -466,11 +541,11 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
         reads_before = await reads_by_target(server.url) if name == "replica-kill" else None
         fault_at = time.monotonic()
         acked_before = len(load.traces)
-        result["fault_detail"] = await inject(name, server, args.stop_seconds)
+        result["fault_detail"] = await inject(name, server, args.stop_seconds, cluster)
         recovered: float | None = None
         limit = fault_at + (args.stop_seconds if name == "pg-stop" else 0) + args.recover_timeout
         while time.monotonic() < limit:
-            recovered = load.recovered_after(fault_at)
+            recovered = load.writes_back_after(fault_at) if cluster is not None else load.recovered_after(fault_at)
             if recovered is not None:
                 break
             await asyncio.sleep(0.05)
@@ -492,18 +567,36 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
             result["reads_before_fault"] = reads_before
             result["reads_after_fault"] = {k: reads_after[k] - reads_before[k] for k in reads_after}
             result["context_answered_after_fault"] = sum(1 for _, at in load.traces if at > fault_at)
+        if cluster is not None:
+            # The old leader back as a standby, and every standby past the last write, before
+            # reading back (reads go to the standbys).
+            members = await asyncio.to_thread(cluster.wait_healthy, 120.0)
+            result["leader_after"] = next(m.name for m in members if m.role == "leader")
+            await asyncio.sleep(3.0)
         # Traces answered within a second before the fault: those an asynchronous commit may lose.
         result["traces_answered_in_the_last_second_before_fault"] = sum(
             1 for _, at in load.traces[:acked_before] if fault_at - at < 1.0
         )
         result |= load.figures() | await verify(server.url, load)
-        traces_must_survive = durable_traces or name != "pg-kill"
+        # Traces commit asynchronously by default (synchronous_commit off): a crash, or a failover
+        # after one, may lose the last fraction of a second of them (counted).
+        traces_must_survive = durable_traces or name not in ("pg-kill", "failover-kill")
         result["ok"] = (
             result["lost_events"] == 0
             and result["lost_facts"] == 0
             and (result["lost_traces"] == 0 or not traces_must_survive)
             # A replica lost under load fails no call: the primary serves its reads.
             and (name != "replica-kill" or not result["errors"])
+            # A failover refuses calls (UNAVAILABLE) and nothing else, for at most 30 s of writes.
+            and (
+                cluster is None
+                or (
+                    set(result["errors"]) <= {"UNAVAILABLE"}
+                    and result["recovery_s"] is not None
+                    and result["recovery_s"] <= WRITES_BACK_WITHIN_S
+                    and result.get("leader_after") != result["fault_detail"].get("leader")
+                )
+            )
         )
         return result
     except Exception as exc:  # a fault that breaks the harness is reported, and the next one runs
@@ -512,12 +605,14 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
     finally:
         await server.stop()
         server.stop_standby()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.stop, True, lambda line: None)
 
 
 async def run_faults(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
     results = []
-    for name in args.fault or FAULTS:
-        for durable in (True, False) if name == "pg-kill" else (args.durable_traces,):
+    for name in args.fault or DEFAULT_FAULTS:
+        for durable in (True, False) if name in ("pg-kill", "failover-kill") else (args.durable_traces,):
             print(f"fault {name} (durable traces {'on' if durable else 'off'}) ...", flush=True)
             results.append(await run_fault(name, args, root, durable_traces=durable))
             print(json.dumps(results[-1]), flush=True)
@@ -538,7 +633,9 @@ def summary(result: dict[str, Any]) -> str:
         f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms",
     ]
     if "recovery" in result:
-        parts.append(f"recovery {result['recovery']}")
+        parts.append(f"{'writes back after' if 'cluster' in result else 'recovery'} {result['recovery']}")
+    if "leader_after" in result:
+        parts.append(f"leader {result['cluster']['leader']} -> {result['leader_after']}")
     if "reads_after_fault" in result:
         before, after = result["reads_before_fault"], result["reads_after_fault"]
         parts.append(

@@ -136,12 +136,25 @@ def _os_reason(exc: OSError) -> str:
 
 
 def database_target(url: str, *, setting: str = DATABASE_URL) -> str:
-    """`host:port` (or a socket directory) of a PostgreSQL URL; StartupError when it is not one.
+    """`host:port` (or a socket directory) of a PostgreSQL URL, each host of a multi-host URL
+    (`postgresql://h1:p1,h2:p2/db`, or libpq's `?host=h1,h2&port=p1,p2`) comma-separated;
+    StartupError when it is not one.
 
     The URL's password never appears in the result nor in the error, which names `setting`."""
     try:
         parts = urlsplit(url.strip())
-        port = parts.port
+        query = parse_qs(parts.query)
+        authority = parts.netloc.rpartition("@")[2]
+        if "," in authority:  # libpq's host list, which urlsplit cannot read
+            pairs = [_host_port(item) for item in authority.split(",")]
+        else:
+            hosts = (parts.hostname or (query.get("host") or ["localhost"])[0]).split(",")
+            port = str(parts.port) if parts.port is not None else (query.get("port") or [""])[0]
+            ports = port.split(",")
+            pairs = [(h, ports[min(i, len(ports) - 1)]) for i, h in enumerate(hosts)]
+        for _, port_text in pairs:
+            if port_text and not port_text.isdigit():
+                raise ValueError(f"port {port_text!r} is not a number")
     except ValueError as exc:
         raise StartupError(f"the database URL does not parse: {_redacted(str(exc), url)}", setting) from exc
     if parts.scheme not in ("postgresql", "postgres"):
@@ -150,12 +163,13 @@ def database_target(url: str, *, setting: str = DATABASE_URL) -> str:
             f"the database URL is not a PostgreSQL URL: expected postgresql://user:password@host:port/database, {got}",
             setting,
         )
-    query = parse_qs(parts.query)
-    host = parts.hostname or (query.get("host") or ["localhost"])[0]
-    if port is None:
-        port_text = (query.get("port") or ["5432"])[0]
-        port = int(port_text) if port_text.isdigit() else 5432
-    return host if host.startswith("/") else f"{host}:{port}"
+    return ",".join(h if h.startswith("/") else f"{h or 'localhost'}:{p or 5432}" for h, p in pairs)
+
+
+def _host_port(item: str) -> tuple[str, str]:
+    """One `host[:port]` of a multi-host URL (an IPv6 `[::1]` keeps its colons)."""
+    host, sep, port = item.rpartition(":")
+    return (host, port) if sep and not item.endswith("]") else (item, "")
 
 
 async def check_database(url: str, timeout_s: float = 10.0) -> None:

@@ -27,6 +27,7 @@ _SHUTDOWN_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,  # closed mid-operation (a failover); a PostgresError
 )
 # A transaction the server rolled back, whole, for a concurrent one: a deadlock's victim, a
 # serialization failure. (Not every TransactionRollbackError: 40003 leaves the outcome unknown.)
@@ -36,7 +37,6 @@ _ROLLED_BACK: tuple[type[BaseException], ...] = (
 )
 # Client-side: a connection lost or broken mid-query ("cannot switch to state"), refused, timed out.
 _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
-    asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.InterfaceError,
     ConnectionError,

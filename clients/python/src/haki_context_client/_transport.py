@@ -53,8 +53,9 @@ class RetryPolicy:
     try is not made: the UNAVAILABLE error is raised instead.
     """
 
-    attempts: int = 4
-    """Tries in all, the first one included (1: never retry)."""
+    attempts: int = 10
+    """Tries in all, the first one included (1: never retry); with `max_total_s`, enough to ride
+    through a database failover (10-30 s under Patroni's defaults)."""
     base_delay_s: float = 0.25
     max_delay_s: float = 8.0
     max_total_s: float = 30.0
