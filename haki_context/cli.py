@@ -156,10 +156,7 @@ async def database(settings: Settings) -> AsyncIterator[str]:
 
 def cmd_serve(settings: Settings) -> int:
     """Serve on HAKI_HOST:HAKI_PORT: this process, or HAKI_WORKERS processes under this one."""
-    from .workers import SPREAD_BY_KERNEL
-
-    # Several workers: the port is held here, and each worker listens on a socket of its own.
-    sock = bind_port(settings.host, settings.port, reuse_port=settings.workers > 1 and SPREAD_BY_KERNEL)
+    sock = bind_port(settings.host, settings.port)
     if settings.effective_dev_mode:
         log.warning("development mode: requests without a key use project `default` (HAKI_DEV_MODE=0 requires keys)")
     try:

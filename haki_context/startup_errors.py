@@ -253,13 +253,10 @@ def check_writable_dir(path: Path, setting: str, what: str) -> Path:
     return path
 
 
-def bind_port(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def bind_port(host: str, port: int) -> socket.socket:
     """A socket bound to (host, port), for the server to listen on; StartupError when the port is
     taken (or not ours to take). Binding here, before the database starts, fails a busy port at once
-    and keeps it ours while the rest starts.
-
-    `reuse_port`: other sockets of this user may bind the same port (SO_REUSEPORT), each listening
-    on its own queue: the kernel spreads new connections over those that listen (workers.py)."""
+    and keeps it ours while the rest starts."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, OverflowError, UnicodeError) as exc:
@@ -268,8 +265,6 @@ def bind_port(host: str, port: int, *, reuse_port: bool = False) -> socket.socke
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
     except OverflowError as exc:
         sock.close()

@@ -3,11 +3,8 @@
 The parent process binds the port, owns the embedded PostgreSQL (starts and supervises it),
 applies the migrations and checks the connection budget once, then starts N worker processes
 (spawned, not forked: each loads its own model and opens its own pool). Each worker serves
-exactly as a single server does, on a socket of its own bound to the same port
-(SO_REUSEPORT): the kernel spreads new connections over the workers' queues. (One socket
-shared by all, where SO_REUSEPORT is missing, gives each connection to whichever worker wakes
-first, and a burst of connections can all land on one.) The parent holds the port without
-listening on it. The parent replaces a worker that dies, and on SIGTERM or Ctrl-C stops them all
+the inherited socket exactly as a single server does; the kernel hands each new connection to
+one of them. The parent replaces a worker that dies, and on SIGTERM or Ctrl-C stops them all
 (each with the shutdown grace) before it stops the database.
 
 Work that must happen once is kept so by the database, not by the parent: migrations under an
@@ -25,7 +22,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import time
 from multiprocessing.process import BaseProcess
@@ -36,7 +32,7 @@ from .core.serving.supervisor import Supervisor
 from .db import embedded
 from .metrics import MULTIPROCESS_DIR
 from .settings import LogLevel, Settings
-from .startup_errors import StartupError, bind_port, check_connection_budget, check_database
+from .startup_errors import StartupError, check_connection_budget, check_database
 
 log = logging.getLogger("haki_context")
 
@@ -50,9 +46,6 @@ WATCH_INTERVAL_S = 0.2
 EXIT_MARGIN_S = POOL_CLOSE_TIMEOUT_S + 5.0
 
 WORKER_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [worker %(process)d]: %(message)s"
-
-# Whether each worker can listen on a socket of its own, new connections spread by the kernel.
-SPREAD_BY_KERNEL = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
 
 
 def serve_workers(settings: Settings, sock: socket.socket) -> int:
@@ -135,9 +128,8 @@ class _Parent:
             self.stop.set()
 
     def _start(self, slot: int) -> None:
-        shared = None if SPREAD_BY_KERNEL else self.sock  # else each worker binds its own
         process = self.context.Process(
-            target=worker_main, args=(self.settings, shared), name=f"haki-context worker {slot}", daemon=False
+            target=worker_main, args=(self.settings, self.sock), name=f"haki-context worker {slot}", daemon=False
         )
         process.start()
         self.workers[slot] = (process, time.monotonic())
@@ -187,14 +179,14 @@ class _Parent:
         self.workers.clear()
 
 
-def worker_main(settings: Settings, shared: socket.socket | None) -> None:
-    """One worker: a server on a socket of its own (or the parent's, `shared`), attached to the
-    parent's database."""
+def worker_main(settings: Settings, sock: socket.socket) -> None:
+    """One worker: a server on the inherited socket, attached to the parent's database."""
+    import sys
+
     from .cli import cmd_serve_on, configure_logging, quiet_third_parties
 
     quiet_third_parties()
     configure_logging(settings.log_level or LogLevel.INFO, log_format=WORKER_LOG_FORMAT)
     # The parent asks the stop (SIGTERM); a Ctrl-C reaches the whole process group, and the
     # parent's SIGTERM that follows it is then ignored by a worker already stopping.
-    sock = shared or bind_port(settings.host, settings.port, reuse_port=True)
     sys.exit(cmd_serve_on(settings, sock))

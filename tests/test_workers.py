@@ -253,14 +253,8 @@ def test_a_killed_worker_is_replaced(served: Served) -> None:
     assert len(before) == 2
     killed = min(before)
     os.kill(killed, signal.SIGKILL)
-    # Its own listening socket closes as it exits (the connections it held, or that were queued
-    # on it then, are reset: a client retries them); from then on the other worker takes them all.
-    deadline = time.monotonic() + WAIT_S
-    while embedded.pid_alive(killed) and time.monotonic() < deadline:
-        time.sleep(0.01)
     subject = f"killed-{uuid.uuid4().hex[:8]}"
-    for n in range(10):  # each on a new connection, which the kernel may hand to either socket
-        assert served.graphql(CONTEXT, s=subject, q=f"still answered {n}").body["data"]["context"]["traceId"]
+    assert served.graphql(CONTEXT, s=subject, q="still answered").body["data"]["context"]["traceId"]
     deadline = time.monotonic() + REPLACED_WITHIN_S
     while (_worker_pids(served) - before == set() or len(_worker_pids(served)) != 2) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -321,25 +315,6 @@ def test_a_live_subscriber_gets_the_traces_of_calls_served_by_either_worker(serv
             received.add(trace["id"])
         missing = {trace_id: worker for trace_id, worker in expected.items() if trace_id not in received}
         assert not missing, f"traces never announced (trace id: the worker that served it): {missing}"
-
-
-def test_a_burst_of_connections_is_spread_over_the_workers(served: Served) -> None:
-    # Opened at once, as a load balancer opens its pool: each worker listens on a socket of its
-    # own, and the kernel spreads the connections (one shared socket gave them all to one).
-    conns = [socket.create_connection(("127.0.0.1", served.port), timeout=WAIT_S) for _ in range(16)]
-    try:
-        for conn in conns:
-            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        for conn in conns:
-            assert conn.recv(64).startswith(b"HTTP/1.1 200")
-        workers = served.workers()
-        holders = [[w.pid for w in workers if _holds(w, served.port, conn.getsockname()[:2])] for conn in conns]
-        assert all(len(held) == 1 for held in holders), holders
-        per_worker = {pid: sum(held == [pid] for held in holders) for pid in _worker_pids(served)}
-        assert all(count > 0 for count in per_worker.values()), per_worker
-    finally:
-        for conn in conns:
-            conn.close()
 
 
 def _scrape(served: Served) -> tuple[str, int]:
