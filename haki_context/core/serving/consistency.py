@@ -11,7 +11,6 @@ import re
 
 from ...db import replication
 from ..errors import BadRequest
-from .replicas import ReadRoute
 from .runtime import Runtime
 
 # The header a response carries its token in, and a request sends one back in.
@@ -49,8 +48,7 @@ async def written_position(rt: Runtime) -> str:
 def reads_on_primary(rt: Runtime) -> None:
     """Send the rest of a request's reads to the primary (a mutation's response reads back what
     the mutation wrote, which a replica may not hold yet)."""
-    if isinstance(rt.reads, ReadRoute):
-        rt.reads.use_primary()
+    rt.reads.use_primary()
 
 
 class SessionToken:

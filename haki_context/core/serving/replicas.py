@@ -55,6 +55,10 @@ class Reads(Protocol):
         """A connection of this route held for a long read (an export's snapshot), not retried."""
         ...
 
+    def use_primary(self) -> None:
+        """Send the rest of this route's reads to the primary (a mutation reads back what it wrote)."""
+        ...
+
 
 class PrimaryReads:
     """Reads on the primary's pool: the route of a server without replicas."""
@@ -70,6 +74,9 @@ class PrimaryReads:
 
     def connection(self) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
         return self._pool.acquire()  # type: ignore[no-any-return]
+
+    def use_primary(self) -> None:
+        """Its reads are the primary's already."""
 
 
 class ReplicaState(enum.Enum):
