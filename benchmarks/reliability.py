@@ -232,6 +232,8 @@ class Load:
     clients: int
     calls: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    # "operation code: message" of each refused call: what a failed check shows.
+    error_messages: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
     successes: list[tuple[float, float]] = field(default_factory=list)  # (started, ended), monotonic
     refusals: list[float] = field(default_factory=list)  # when each refused call started
@@ -298,7 +300,11 @@ class Load:
             self.errors[f"http-{r.status_code}-not-json"] += 1
             return None
         if body.get("errors"):
-            self.errors[str((body["errors"][0].get("extensions") or {}).get("code"))] += 1
+            first = body["errors"][0]
+            code = str((first.get("extensions") or {}).get("code"))
+            self.errors[code] += 1
+            operation = query.split("{", 2)[1].split("(")[0].strip()
+            self.error_messages[f"{operation} {code}: {str(first.get('message'))[:160]}"] += 1
             return None
         if r.status_code != 200:
             self.errors[f"http-{r.status_code}"] += 1
@@ -346,6 +352,7 @@ class Load:
             "calls": self.calls,
             "succeeded": len(self.successes),
             "errors": dict(self.errors.most_common()),
+            "error_messages": dict(self.error_messages.most_common()),
             "p50_ms": pct(0.50),
             "p99_ms": pct(0.99),
             "acknowledged": {"events": len(self.events), "facts": len(self.facts), "traces": len(self.traces)},
@@ -598,6 +605,8 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
                 )
             )
         )
+        if result["errors"] and "server_log" not in result:
+            result["server_log"] = server.log_tail(40)
         return result
     except Exception as exc:  # a fault that breaks the harness is reported, and the next one runs
         result |= {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000], "server_log": server.log_tail(15)}

@@ -16,11 +16,11 @@ from haki_context.core.serving.runtime import Runtime
 from haki_context.db.pool import init_connection
 
 
-async def test_more_than_five_context_fields_is_query_too_complex(client: GraphQLClient) -> None:
-    fields = " ".join(f'c{i}: context(subjectId: "s", query: "q") {{ traceId }}' for i in range(6))
+async def test_more_than_five_context_fields_is_query_too_complex(client: GraphQLClient, subject: str) -> None:
+    fields = " ".join(f'c{i}: context(subjectId: "{subject}", query: "q") {{ traceId }}' for i in range(6))
     error = await client.error(f"{{ {fields} }}")
     assert error["extensions"]["code"] == "QUERY_TOO_COMPLEX"
-    five = " ".join(f'c{i}: context(subjectId: "s", query: "q") {{ traceId }}' for i in range(5))
+    five = " ".join(f'c{i}: context(subjectId: "{subject}", query: "q") {{ traceId }}' for i in range(5))
     assert len(await client.execute(f"{{ {five} }}")) == 5
 
 

@@ -94,7 +94,7 @@ def test_kill_9_of_the_replica_fails_no_call_and_reads_go_on_on_the_primary(
 ) -> None:
     result = faults[("replica-kill", False)]
     no_error(result)
-    assert result["errors"] == {}, result["errors"]
+    assert result["errors"] == {}, (result["error_messages"], result.get("server_log"))
     assert (result["lost_events"], result["lost_facts"], result["lost_traces"]) == (0, 0, 0), result
     assert result["reads_before_fault"]["replica"] > 0, result  # the replica served reads before the kill
     assert result["context_answered_after_fault"] > 0, result

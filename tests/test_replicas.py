@@ -23,6 +23,7 @@ from haki_context.core.serving.auth import Caller
 from haki_context.core.serving.consistency import TOKEN_HEADER, format_token, parse_token
 from haki_context.core.serving.replicas import ReplicaState
 from haki_context.core.serving.runtime import Runtime
+from haki_context.db.replication import lost_server
 from haki_context.mcp_server.gateway import Gateway, Invocation
 from haki_context.mcp_server.operations import GET_CONTEXT, REMEMBER
 from haki_context.schema import schema_for
@@ -337,3 +338,24 @@ async def test_a_stateless_mcp_call_without_a_token_reads_from_the_primary(
             asked = Invocation(rt, Caller.operator("default"), stateless=True)
             data = await gateway.run(GET_CONTEXT, {"subject": subject, "query": text}, asked)
             assert text in data["context"]["rendered"]
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (ConnectionRefusedError(), True),
+        (asyncpg.exceptions.ConnectionDoesNotExistError("closed in the middle of operation"), True),
+        (asyncpg.exceptions.AdminShutdownError("terminating connection"), True),
+        (
+            asyncpg.exceptions.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
+            True,
+        ),
+        (asyncpg.exceptions.SerializationError("canceling statement due to conflict with recovery"), True),
+        (asyncpg.exceptions.UndefinedColumnError("no such column"), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_a_read_runs_again_on_the_primary_only_for_a_lost_server(error: BaseException, lost: bool) -> None:
+    # A connection a dying replica left mid-operation (asyncpg's InternalClientError) is lost too;
+    # an error of the statement itself is no reason to run it twice.
+    assert lost_server(error) is lost

@@ -64,8 +64,9 @@ RECOVERY_CONFLICT_STATE = "40001"
 def lost_server(exc: BaseException) -> bool:
     """True when `exc` says the server of a connection is gone, unreachable, shutting down, or
     (on a standby) cancelled a statement that conflicted with the log it replays: the statement
-    may run again elsewhere."""
-    if isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError):
+    may run again elsewhere. asyncpg's InternalClientError ("another operation is in
+    progress") is a connection a dying server left mid-operation: the same."""
+    if isinstance(exc, OSError | TimeoutError | asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError):
         return True
     if isinstance(exc, asyncpg.PostgresError):
         state = str(getattr(exc, "sqlstate", "") or "")
