@@ -8,7 +8,8 @@ The statement rule, checked on PostgreSQL's own parse tree (pglast): each refere
 table needs `project_id = <parameter or constant>`, directly or through equalities with the
 `project_id` of other references (a join, a correlated subquery); all of them must reach the same
 value, or be equated to each other, so no statement joins two projects. `IS NOT DISTINCT FROM`,
-`= ANY(...)` and a condition under OR do not count: Citus routes a statement to one shard on `=` only.
+`= ANY(...)`, a condition under OR and a column under COLLATE do not count: Citus routes a statement
+to one shard on `<column> = <constant>` only (a parameter's COLLATE folds into its constant).
 """
 
 from __future__ import annotations
@@ -102,17 +103,6 @@ class Spanning:
         return all(m in sql for m in self.markers) and not any(m in sql for m in self.excluding)
 
 
-# The candidate statements' full-text part reads the scope through db/retrieval.text_scope.
-_FULL_TEXT_FIX = (
-    "TO FIX: its full-text part filters the scope with `project_id IS NOT DISTINCT FROM $1` "
-    "(db/retrieval.text_scope, which keeps PostgreSQL's planner off the btree indexes there), and Citus "
-    "routes on `=` only: that part would run on every shard. Write `project_id = $1` there for Citus, "
-    "then measure the plan on a shard again, where one project is a larger share of the rows: the btree "
-    "bitmap the text avoids may come back (docs/performance.md)"
-)
-_TEXT_SCOPE = "IS NOT DISTINCT FROM"
-_ROUTED = (_TEXT_SCOPE, "=")
-
 SPANNING: tuple[Spanning, ...] = (
     Spanning(
         "traces.prune_batch: the traces",
@@ -159,49 +149,6 @@ SPANNING: tuple[Spanning, ...] = (
         "meta.text_batch",
         ("ORDER BY project_id, ", "$1::text IS NULL OR (project_id, "),
         "re-embedding walks every project's rows in key order",
-    ),
-    Spanning(
-        "retrieval.fact_candidates, idf rank",
-        ("WITH size AS (SELECT s.n,", "hits AS MATERIALIZED", "blocked AS (", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        fix=_ROUTED,
-    ),
-    Spanning(
-        "retrieval.fact_candidates, cover-density rank",
-        ("WITH size AS (SELECT s.n,", "tq AS (", "blocked AS (", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        fix=_ROUTED,
-    ),
-    Spanning(
-        "retrieval.episode_candidates",
-        ("WITH size AS (SELECT s.n,", "FROM candidates k JOIN episode_chunks c", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        fix=_ROUTED,
-    ),
-    Spanning(
-        "retrieval.multi_hop",
-        ("WITH ORDINALITY AS e(entity, ord)", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        excluding=("too_new AS MATERIALIZED",),
-        fix=_ROUTED,
-    ),
-    Spanning(
-        "as_of.fact_candidates",
-        ("too_new AS MATERIALIZED", "blocked AS (", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        fix=_ROUTED,
-    ),
-    Spanning(
-        "as_of.episode_candidates",
-        ("too_new_events AS MATERIALIZED", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        fix=_ROUTED,
-    ),
-    Spanning(
-        "as_of.multi_hop",
-        ("too_new AS MATERIALIZED", "WITH ORDINALITY AS e(entity, ord)", _TEXT_SCOPE),
-        _FULL_TEXT_FIX,
-        fix=_ROUTED,
     ),
 )
 
@@ -491,6 +438,14 @@ class _Walk:
     def term(self, node: Any, level: _Level) -> Term | None:
         while isinstance(node, ast.TypeCast):
             node = node.arg
+        # A value's COLLATE folds into the constant Citus prunes on; a column's leaves no column.
+        if isinstance(node, ast.CollateClause):
+            value = node.arg
+            while isinstance(value, ast.TypeCast):
+                value = value.arg
+            if not isinstance(value, ast.ParamRef | ast.A_Const):
+                return None
+            node = value
         if isinstance(node, ast.ParamRef):
             return ("param", f"${node.number}")
         if isinstance(node, ast.A_Const):
@@ -674,6 +629,7 @@ async def catalog(migrated: str) -> dict[str, tuple[str, ...]]:
         "UPDATE facts f SET superseded_by = t.by FROM unnest($2::uuid[], $3::uuid[]) AS t(id, by)"
         " WHERE f.project_id = $1 AND f.id = t.id",
         "SELECT * FROM facts WHERE (project_id, id) = ($1, $2)",
+        'SELECT * FROM facts f WHERE f.project_id = $1 COLLATE "C"',  # the full-text scope (db/retrieval.py)
         "SELECT f.id FROM facts f LEFT JOIN conflict_members m ON m.project_id = $1 AND m.fact_id = f.id"
         " WHERE f.project_id = $1",
         "CREATE INDEX CONCURRENTLY x ON facts USING hnsw (embedding vector_cosine_ops)"
@@ -701,6 +657,7 @@ async def test_a_statement_kept_to_one_project_passes(sql: str, catalog: dict[st
             "facts f and conflict_members m: project_id of two projects ($1, $2)",
         ),
         ("SELECT * FROM facts f WHERE f.project_id IS NOT DISTINCT FROM $1", "facts f: no project_id"),
+        ('SELECT * FROM facts f WHERE f.project_id COLLATE "C" = $1', "facts f: no project_id"),
         ("SELECT * FROM facts WHERE project_id = ANY($1::text[])", "facts: no project_id"),
         ("SELECT * FROM facts WHERE project_id = $1 OR subject_id = $2", "facts: no project_id"),
         (
