@@ -23,9 +23,14 @@ code, p50/p99 and the lost writes and traces.
   acknowledged write may be lost;
 - `switchover`: the same cluster, a planned switchover (Patroni's REST API) to the synchronous
   standby; the same bounds, and no trace lost either.
+- `failover-freeze`: the same cluster, the leader's node frozen (SIGSTOP of its Patroni and of
+  every process of its PostgreSQL: a machine that hangs or is cut off, its connections open and
+  silent) until writes are back; Patroni promotes once the leader key expires (`ttl`, 20 s). The
+  same bounds but 60 s for writes, and no trace lost.
 
-The two Patroni faults run when named (`--fault failover-kill --fault switchover`): they need
-Patroni and etcd (deploy/patroni/README.md); `faults` alone runs the others.
+The three Patroni faults run when named (`--fault failover-kill --fault switchover --fault
+failover-freeze`): they need Patroni and etcd (deploy/patroni/README.md); `faults` alone runs the
+others.
 
 For each: time to recover (from the fault to the first call, started after it, that succeeds;
 or "not recovered within X s"; for the Patroni faults, the first write), and nothing acknowledged lost (with durable traces off, a
@@ -246,7 +251,8 @@ class Load:
 
     async def run(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
-        async with httpx.AsyncClient(base_url=self.url, timeout=10.0) as http:
+        # A call stuck on a frozen database answers within the statement timeout and a grace (15 s).
+        async with httpx.AsyncClient(base_url=self.url, timeout=30.0) as http:
             await asyncio.gather(*(self._client(http, n, deadline) for n in range(self.clients)))
 
     async def _client(self, http: httpx.AsyncClient, n: int, deadline: float) -> None:
@@ -410,10 +416,22 @@ async def run_load(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await server.stop()
 
 
-FAULTS = ("pg-restart", "pg-stop", "pg-kill", "server-kill", "replica-kill", "failover-kill", "switchover")
-PATRONI_FAULTS = ("failover-kill", "switchover")
+FAULTS = (
+    "pg-restart",
+    "pg-stop",
+    "pg-kill",
+    "server-kill",
+    "replica-kill",
+    "failover-kill",
+    "switchover",
+    "failover-freeze",
+)
+PATRONI_FAULTS = ("failover-kill", "switchover", "failover-freeze")
 DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in PATRONI_FAULTS)  # `faults` without --fault
 WRITES_BACK_WITHIN_S = 30.0  # the Patroni faults' bound on the time without writes
+# A frozen leader is promoted away from once its key expires (ttl 20 s), and a call stuck on it is
+# given up on after the statement timeout and a grace (db/pool.py, 15 s): a bound of its own.
+FROZEN_WRITES_BACK_WITHIN_S = 60.0
 
 
 async def on_patroni(server: Server, root: Path) -> tuple[Cluster, dict[str, Any]]:
@@ -493,6 +511,9 @@ async def inject(name: str, server: Server, stop_seconds: float, cluster: Cluste
     if name == "switchover":
         assert cluster is not None
         return await asyncio.to_thread(cluster.switchover)
+    if name == "failover-freeze":
+        assert cluster is not None
+        return await asyncio.to_thread(cluster.freeze_leader)
     if name == "pg-restart":
         done = server.pg_ctl("restart", "-w", "-m", "fast", "-l", str(server.pgdata / "reliability.log"), check=False)
         return {"pg_ctl": (done.stdout + done.stderr).strip().splitlines()[-1:]}
@@ -575,6 +596,7 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
             result["reads_after_fault"] = {k: reads_after[k] - reads_before[k] for k in reads_after}
             result["context_answered_after_fault"] = sum(1 for _, at in load.traces if at > fault_at)
         if cluster is not None:
+            cluster.thaw()  # a frozen leader resumes, finds its key lost and rejoins as a standby
             # The old leader back as a standby, and every standby past the last write, before
             # reading back (reads go to the standbys).
             members = await asyncio.to_thread(cluster.wait_healthy, 120.0)
@@ -600,7 +622,8 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
                 or (
                     set(result["errors"]) <= {"UNAVAILABLE"}
                     and result["recovery_s"] is not None
-                    and result["recovery_s"] <= WRITES_BACK_WITHIN_S
+                    and result["recovery_s"]
+                    <= (FROZEN_WRITES_BACK_WITHIN_S if name == "failover-freeze" else WRITES_BACK_WITHIN_S)
                     and result.get("leader_after") != result["fault_detail"].get("leader")
                 )
             )
@@ -615,6 +638,7 @@ async def run_fault(name: str, args: argparse.Namespace, root: Path, *, durable_
         await server.stop()
         server.stop_standby()
         if cluster is not None:
+            cluster.thaw()
             await asyncio.to_thread(cluster.stop, True, lambda line: None)
 
 

@@ -164,7 +164,8 @@ class Settings(BaseSettings):
     pool_idle_lifetime_s: float = 0.0
     """Seconds an idle pooled connection lives; 0 keeps it (a new one must plan its statements again)."""
     statement_timeout_ms: int = 10_000
-    """PostgreSQL statement timeout of the server's connections."""
+    """PostgreSQL statement timeout of the server's connections; the server itself gives up on a
+    statement 5 s after it (a database that stopped answering), 0: neither."""
     max_body_bytes: int = 8 * 1024 * 1024
     """Largest request body accepted; a body is refused at its first byte past it. A request in flight may hold this much memory while it is read."""
     max_concurrent_context: int = 2

@@ -18,8 +18,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
+from .db.hosts import hosts_of
 from .settings import is_loopback
 
 if TYPE_CHECKING:
@@ -142,34 +143,17 @@ def database_target(url: str, *, setting: str = DATABASE_URL) -> str:
 
     The URL's password never appears in the result nor in the error, which names `setting`."""
     try:
-        parts = urlsplit(url.strip())
-        query = parse_qs(parts.query)
-        authority = parts.netloc.rpartition("@")[2]
-        if "," in authority:  # libpq's host list, which urlsplit cannot read
-            pairs = [_host_port(item) for item in authority.split(",")]
-        else:
-            hosts = (parts.hostname or (query.get("host") or ["localhost"])[0]).split(",")
-            port = str(parts.port) if parts.port is not None else (query.get("port") or [""])[0]
-            ports = port.split(",")
-            pairs = [(h, ports[min(i, len(ports) - 1)]) for i, h in enumerate(hosts)]
-        for _, port_text in pairs:
-            if port_text and not port_text.isdigit():
-                raise ValueError(f"port {port_text!r} is not a number")
+        hosts = hosts_of(url)
+        scheme = urlsplit(url.strip()).scheme
     except ValueError as exc:
         raise StartupError(f"the database URL does not parse: {_redacted(str(exc), url)}", setting) from exc
-    if parts.scheme not in ("postgresql", "postgres"):
-        got = f"got scheme {parts.scheme!r}" if parts.scheme else "got no scheme"
+    if scheme not in ("postgresql", "postgres"):
+        got = f"got scheme {scheme!r}" if scheme else "got no scheme"
         raise StartupError(
             f"the database URL is not a PostgreSQL URL: expected postgresql://user:password@host:port/database, {got}",
             setting,
         )
-    return ",".join(h if h.startswith("/") else f"{h or 'localhost'}:{p or 5432}" for h, p in pairs)
-
-
-def _host_port(item: str) -> tuple[str, str]:
-    """One `host[:port]` of a multi-host URL (an IPv6 `[::1]` keeps its colons)."""
-    host, sep, port = item.rpartition(":")
-    return (host, port) if sep and not item.endswith("]") else (item, "")
+    return ",".join(host.target() for host in hosts)
 
 
 async def check_database(url: str, timeout_s: float = 10.0) -> None:

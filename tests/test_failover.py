@@ -10,6 +10,9 @@ cluster (deploy/patroni: etcd and PostgreSQL 18 + pgvector on loopback, synchron
 - The Python client (clients/python) records an agent's turns through a failover: its retries
   carry every turn through, no exception reaches the agent.
 - A planned switchover (Patroni's REST API) likewise.
+- The leader's node frozen (SIGSTOP of its Patroni and PostgreSQL: a machine that hangs or is cut
+  off, its connections open and silent): writes succeed again on the promoted standby within
+  60 s, calls refused meanwhile only as UNAVAILABLE, no acknowledged write lost.
 
 Skipped, with the install command, where Patroni or etcd is missing (deploy/patroni/README.md).
 """
@@ -47,6 +50,9 @@ pytestmark = pytest.mark.slow
 RECORD = "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }"
 CONTEXT = "query($s: String!, $q: String!) { context(subjectId: $s, query: $q, budget: 300) { traceId } }"
 WRITES_BACK_WITHIN_S = 30.0
+# A frozen leader is failed over once its leader key expires (`ttl`, 20 s here), and its connections
+# are given up on a grace after the statement timeout (10 s): a longer bound.
+FROZEN_WRITES_BACK_WITHIN_S = 60.0
 
 
 @dataclass
@@ -167,7 +173,9 @@ class WriteLoad:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=20.0) as http:
+        # A call stuck on a frozen node answers within two client waits (db/pool.py): its statement's
+        # (the statement timeout, 10 s, plus 5 s), then its cancellation's.
+        async with httpx.AsyncClient(base_url=self.url, timeout=40.0) as http:
             await asyncio.gather(*(self._writer(http, n) for n in range(self.writers)))
 
     async def _writer(self, http: httpx.AsyncClient, n: int) -> None:
@@ -239,10 +247,17 @@ async def missing_events(server: Server, ids: list[str], token: int) -> list[str
 
 
 async def through_fault(
-    server: Server, cluster: Cluster, fault: Callable[[], dict[str, Any]], beside: Agents | None = None
+    server: Server,
+    cluster: Cluster,
+    fault: Callable[[], dict[str, Any]],
+    beside: Agents | None = None,
+    *,
+    writes_back_within_s: float = WRITES_BACK_WITHIN_S,
+    thaw: Callable[[], None] | None = None,
 ) -> tuple[WriteLoad, float | None, dict[str, Any]]:
     """A write load (and `beside`'s agents), `fault` 2 s into it, the load kept on until writes
-    succeed again and 2 s more (30 s at most); then the cluster healthy again."""
+    succeed again and 2 s more (`writes_back_within_s` at most); then `thaw` and the cluster
+    healthy again."""
     load = WriteLoad(server.url)
     running = asyncio.create_task(load.run())
     agents = asyncio.create_task(beside.run()) if beside is not None else None
@@ -250,7 +265,7 @@ async def through_fault(
     fault_at = time.monotonic()
     detail = await asyncio.to_thread(fault)
     back: float | None = None
-    while time.monotonic() - fault_at < WRITES_BACK_WITHIN_S:
+    while time.monotonic() - fault_at < writes_back_within_s:
         back = load.writes_back_after(fault_at)
         if back is not None:
             break
@@ -262,6 +277,8 @@ async def through_fault(
     if beside is not None and agents is not None:
         beside.stop.set()
         await agents
+    if thaw is not None:
+        thaw()
     # The old leader back as a standby before the next test (pg_rewind, then streaming).
     await asyncio.to_thread(cluster.wait_healthy, 120.0)
     return load, back, detail
@@ -363,3 +380,29 @@ async def test_a_switchover_fails_no_call_but_unavailable_and_loses_no_write(clu
     assert new is not None and new.name == detail["candidate"] != old.name, (detail, cluster.members())
     token = max(load.token, agents.token)
     assert await missing_events(server, load.acknowledged + agents.turns, token) == []
+
+
+async def test_a_frozen_leader_is_given_up_on_and_writes_go_on_on_the_new_one(cluster: Cluster, server: Server) -> None:
+    # Patroni promotes after the leader key's ttl (20 s here); the server stops waiting on the frozen
+    # node's connections a grace after its statement timeout and connects past it, each host within
+    # a timeout of its own.
+    old = cluster.leader()
+    assert old is not None
+    try:
+        load, back, detail = await through_fault(
+            server,
+            cluster,
+            cluster.freeze_leader,
+            writes_back_within_s=FROZEN_WRITES_BACK_WITHIN_S,
+            thaw=cluster.thaw,
+        )
+    finally:
+        cluster.thaw()
+    assert back is not None and back <= FROZEN_WRITES_BACK_WITHIN_S, (
+        f"writes not back within {FROZEN_WRITES_BACK_WITHIN_S:g} s"
+    )
+    assert_no_call_failed_but_unavailable(load, server)
+    assert server.proc.poll() is None
+    new = cluster.leader()
+    assert new is not None and new.name != old.name, (detail, cluster.members())
+    assert await missing_events(server, load.acknowledged, load.token) == []

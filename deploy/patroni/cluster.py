@@ -243,6 +243,26 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
+def _process_tree(root: int) -> list[int]:
+    """`root` and every process descending from it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The fields after the command's closing parenthesis: state, then the parent's pid.
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
 def _alive(entry: list[int] | None) -> bool:
     """True while the process [pid, start ticks] runs (the same process, not a pid reused)."""
     _reap()
@@ -281,6 +301,7 @@ class Cluster:
         self.root = root.expanduser().resolve()
         self._ports = ports
         self.state: State | None = None
+        self._frozen: list[int] = []  # what freeze_leader stopped
         if (self.root / STATE).exists():
             self.state = State.from_json((self.root / STATE).read_text())
 
@@ -573,6 +594,33 @@ class Cluster:
             raise ClusterError(f"the leader {leader.name} has no running postmaster")
         os.kill(pid, signal.SIGKILL)
         return {"leader": leader.name, "killed_pid": pid}
+
+    def freeze_leader(self) -> dict[str, Any]:
+        """SIGSTOP of the leader's whole node, its Patroni and every process of its PostgreSQL, as a
+        machine that froze or was cut off: its connections stay open and answer nothing. Its leader
+        key expires after `ttl` and Patroni promotes the synchronous standby. `thaw` resumes it
+        (its Patroni then finds the key lost and rejoins as a standby)."""
+        state = self._need_state()
+        leader = self.leader()
+        if leader is None:
+            raise ClusterError("no leader to freeze")
+        roots = [state.pids[leader.name][0]]
+        postmaster = self.postmaster_pid(leader.name)
+        if postmaster is not None:
+            roots.append(postmaster)
+        frozen = sorted({pid for root in roots for pid in _process_tree(root)})
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        self._frozen = frozen
+        return {"leader": leader.name, "frozen_pids": frozen}
+
+    def thaw(self) -> None:
+        """SIGCONT of what `freeze_leader` stopped."""
+        for pid in self._frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self._frozen = []
 
     def switchover(self, candidate: str | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
         """A planned switchover (Patroni's POST /switchover) from the leader to `candidate`

@@ -2,11 +2,83 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
 import orjson
 from pgvector.asyncpg import register_vector
+
+from .hosts import Host, hosts_of
+
+# Connecting (a database that is down is answered fast, never waited on); with several hosts,
+# to each: a node on the network answers within milliseconds, one that has not by then is passed
+# over for the next.
+CONNECT_TIMEOUT_S = 5.0
+HOST_CONNECT_TIMEOUT_S = 2.0
+
+# The client waits for a statement this long past the statement timeout, which the server applies
+# itself: only a server that stopped answering (a machine frozen or cut off, whose kernel may still
+# keep the connection open) reaches it. The statement then fails as the database unavailable, and
+# the connection is closed rather than used again.
+CLIENT_WAIT_GRACE_S = 5.0
+
+
+def client_wait_s(statement_timeout_ms: int) -> float | None:
+    """How long the client waits for a statement's answer: None when statements have no timeout."""
+    return statement_timeout_ms / 1000 + CLIENT_WAIT_GRACE_S if statement_timeout_ms > 0 else None
+
+
+class ServerConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no types
+    """asyncpg's connection, dropped when a statement outwaits the client: asyncpg would send a
+    cancel request first and wait for it as long again (the caller, and a transaction's rollback,
+    waiting with it), but a server that stopped answering answers no cancel either."""
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        with self._dropped_when_silent():
+            return await super().execute(*args, **kwargs)
+
+    async def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        with self._dropped_when_silent():
+            return await super().executemany(*args, **kwargs)
+
+    async def fetch(self, *args: Any, **kwargs: Any) -> Any:
+        with self._dropped_when_silent():
+            return await super().fetch(*args, **kwargs)
+
+    async def fetchval(self, *args: Any, **kwargs: Any) -> Any:
+        with self._dropped_when_silent():
+            return await super().fetchval(*args, **kwargs)
+
+    async def fetchrow(self, *args: Any, **kwargs: Any) -> Any:
+        with self._dropped_when_silent():
+            return await super().fetchrow(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _dropped_when_silent(self) -> Iterator[None]:
+        try:
+            yield
+        except TimeoutError:
+            self.terminate()
+            raise
+
+
+@contextlib.asynccontextmanager
+async def waiting_without_limit(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """Within the block, the client waits on `conn` for as long as a statement takes: for the work
+    that lifts the statement timeout too (an erasure, an import, an export's snapshot, index builds).
+
+    asyncpg reads its command timeout from the connection's configuration at each call and offers no
+    call-level "no limit", so the block swaps that configuration (a pooled connection's, behind its
+    proxy) and puts it back; tests/test_hosts.py holds it to asyncpg's behaviour."""
+    raw = getattr(conn, "_con", None) or conn  # a pool's proxy holds the connection there
+    config = raw._config
+    raw._config = config._replace(command_timeout=None)
+    try:
+        yield
+    finally:
+        raw._config = config
 
 
 def _jsonb_encode(value: Any) -> bytes:
@@ -74,13 +146,17 @@ async def create_pool(
     "Statement texts"). `standard_conforming_strings = on` (also the default) is
     what makes those constants' quoting complete.
     """
+    hosts = hosts_of(dsn)
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         init=init_connection,
         reset=keep_session,
-        timeout=5.0,  # connecting: a database that is down is answered fast, never waited on
+        connect=HostsInTurn(hosts) if len(hosts) > 1 else None,
+        timeout=CONNECT_TIMEOUT_S,
+        command_timeout=client_wait_s(statement_timeout_ms),
+        connection_class=ServerConnection,
         max_inactive_connection_lifetime=idle_lifetime_s,
         server_settings={
             "application_name": "haki-context",
@@ -97,3 +173,46 @@ async def create_pool(
     )
     assert pool is not None
     return pool
+
+
+# A pool's URL naming several hosts (a Patroni cluster's nodes): asyncpg tries them in order
+# within one timeout for the whole list, so a host that takes connections but never answers (a
+# machine frozen, or cut off mid-handshake) would spend it all and hide the nodes after it.
+class HostsInTurn:
+    """asyncpg's `connect` for a pool whose URL names several hosts: each is tried with a timeout
+    of its own (`timeout_s`), beginning with the one that last gave a connection; the URL's other
+    parameters (`target_session_attrs` among them) apply to each. All failing, the first failure
+    that is not a timeout or a refused connection is raised (a wrong password says more than the
+    hosts after it), else the last."""
+
+    def __init__(self, hosts: list[Host], *, timeout_s: float = HOST_CONNECT_TIMEOUT_S) -> None:
+        self.hosts = hosts
+        self.timeout_s = timeout_s
+        self.first = 0  # the index of the host that last gave a connection
+
+    async def __call__(self, dsn: str, **kwargs: Any) -> asyncpg.Connection:
+        kwargs.pop("loop", None)
+        kwargs["timeout"] = self.timeout_s
+        failures: list[BaseException] = []
+        for k in range(len(self.hosts)):
+            index = (self.first + k) % len(self.hosts)
+            host = self.hosts[index]
+            try:
+                conn = await asyncpg.connect(dsn, host=host.host, port=int(host.port or 5432), **kwargs)
+            except _CONNECT_FAILURES as exc:
+                failures.append(exc)
+                continue
+            self.first = index
+            return conn
+        raise next((f for f in failures if not isinstance(f, OSError | TimeoutError)), failures[-1])
+
+
+# What connecting to one host may fail with; InternalClientError: not the session asked for
+# (asyncpg's TargetServerAttributeNotMatched, a standby where read-write is asked).
+_CONNECT_FAILURES = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)

@@ -23,6 +23,7 @@ import asyncpg
 
 from ...db import erasure as db_erasure
 from ...db import subject_locks
+from ...db.pool import waiting_without_limit
 from ..limits import check_subject_id
 from ..serving.auth import Caller, Scope
 
@@ -78,10 +79,11 @@ async def forget_subject(pool: asyncpg.Pool, caller: Caller, subject_id: str) ->
     check_subject_id(subject_id)
     project_id = caller.project_id
     now = datetime.now(UTC)
-    async with pool.acquire() as conn:
+    # A large subject's deletes may outlast a request's statement timeout; an erasure cut half way
+    # would be rolled back and have to start over, so it runs to the end (no timeout on the server,
+    # nor here).
+    async with pool.acquire() as conn, waiting_without_limit(conn):
         async with conn.transaction():
-            # A large subject's deletes may outlast a request's statement timeout; an erasure
-            # cut half way would be rolled back and have to start over, so it runs to the end.
             await db_erasure.lift_statement_timeout(conn)
             await subject_locks.own(conn, project_id, subject_id)
             counts = await db_erasure.delete_subject(conn, project_id, subject_id)

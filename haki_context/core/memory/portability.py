@@ -44,6 +44,7 @@ import orjson
 from ...db import events as db_events
 from ...db import portability as db_portability
 from ...db import subject_locks
+from ...db.pool import waiting_without_limit
 from ..errors import InvalidInput
 from ..limits import (
     MAX_KIND_CHARS,
@@ -96,7 +97,7 @@ async def export_lines(
     caller.require(Scope.READ)
     check_subject_id(subject_id)
     project_id = caller.project_id
-    async with reads.connection() as conn:
+    async with reads.connection() as conn, waiting_without_limit(conn):  # no statement timeout in the snapshot
         tx = await db_portability.begin_snapshot(conn, idle_timeout_s)
         try:
             header = {"format": FORMAT, "version": VERSION, "subjectId": subject_id, "exportedAt": datetime.now(UTC)}
@@ -185,7 +186,8 @@ async def import_lines(
     target = check_subject_id(subject_id if subject_id is not None else header, "subject")
     project_id = caller.project_id
     loader = _Loader(rt, project_id, target)
-    async with rt.pool.acquire() as conn, conn.transaction():
+    # No statement timeout below, on the server nor here: a large file's batches may outlast it.
+    async with rt.pool.acquire() as conn, waiting_without_limit(conn), conn.transaction():
         await db_portability.lift_statement_timeout(conn)
         await subject_locks.own(conn, project_id, target)
         if await db_portability.holds_memory(conn, project_id, target):

@@ -24,6 +24,7 @@ import asyncpg
 
 from ...db import scope_indexes as db_scope_indexes
 from ...db import scope_lexemes as db_scope_lexemes
+from ...db.pool import waiting_without_limit
 from ...db.scope_indexes import Scope
 from ..progress import Progress
 
@@ -48,7 +49,7 @@ async def build_pending(
     (several servers share one database: one of them builds). Reports the rows indexed so far
     out of those to index (core/progress.py) when there is anything to build.
     """
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, waiting_without_limit(conn):  # a build outlives any statement timeout
         if not await db_scope_indexes.try_lock(conn):
             return None
         try:
