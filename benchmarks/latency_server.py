@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 import psutil
@@ -67,6 +67,7 @@ class Server:
         self.startup_s = math.nan
         self._sampler: asyncio.Task[None] | None = None
         self.log_path = workdir / f"server-{self.port}.log"
+        self._log: BinaryIO | None = None  # open from start() to stop()
 
     async def start(self) -> None:
         env = dict(os.environ)
@@ -150,7 +151,8 @@ class Server:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     await asyncio.to_thread(self.proc.wait)
-        self._log.close()
+        if self._log is not None:  # a server whose start was never reached (another's failed first)
+            self._log.close()
         peak = max(self.peak_rss, hwm or 0)
         return {
             "startup_s": round(self.startup_s, 2),
