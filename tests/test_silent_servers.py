@@ -137,6 +137,28 @@ async def test_a_statement_is_given_up_on_a_grace_after_the_statement_timeout_bu
         await pool.close()
 
 
+async def test_a_silent_connection_has_its_pool_replace_the_others(
+    migrated: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The others lead to the same server: reused, each would hold a call for the whole wait.
+    monkeypatch.setattr(db_pool, "CLIENT_WAIT_GRACE_S", 0.2)
+    pool = await open_pool(migrated, Settings(statement_timeout_ms=100), min_size=2, max_size=2)
+    try:
+        other = await pool.acquire()
+        other_pid = await other.fetchval("SELECT pg_backend_pid()")
+        async with pool.acquire() as conn:
+            with pytest.raises(asyncpg.InterfaceError):
+                await lifted_sleep(conn)
+        await pool.release(other)
+        pids = set()
+        for _ in range(2):
+            async with pool.acquire() as conn:
+                pids.add(await conn.fetchval("SELECT pg_backend_pid()"))
+        assert other_pid not in pids
+    finally:
+        await pool.close()
+
+
 def test_without_a_statement_timeout_the_client_waits_without_limit() -> None:
     assert db_pool.client_wait_s(0) is None
     assert db_pool.client_wait_s(10_000) == 10.0 + db_pool.CLIENT_WAIT_GRACE_S

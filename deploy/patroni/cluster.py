@@ -604,16 +604,18 @@ class Cluster:
         leader = self.leader()
         if leader is None:
             raise ClusterError("no leader to freeze")
-        roots = [state.pids[leader.name][0]]
+        # The postmaster first, so that it forks no backend the listing below would miss; then
+        # every process under it and under Patroni, listed again until none is new.
         postmaster = self.postmaster_pid(leader.name)
-        if postmaster is not None:
-            roots.append(postmaster)
-        frozen = sorted({pid for root in roots for pid in _process_tree(root)})
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-        self._frozen = frozen
-        return {"leader": leader.name, "frozen_pids": frozen}
+        roots = [p for p in (postmaster, state.pids[leader.name][0]) if p is not None]
+        stopped: list[int] = []
+        while new := [p for root in roots for p in _process_tree(root) if p not in stopped]:
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped += new
+        self._frozen = stopped
+        return {"leader": leader.name, "frozen_pids": stopped}
 
     def thaw(self) -> None:
         """SIGCONT of what `freeze_leader` stopped."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -33,7 +34,11 @@ def client_wait_s(statement_timeout_ms: int) -> float | None:
 class ServerConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no types
     """asyncpg's connection, dropped when a statement outwaits the client: asyncpg would send a
     cancel request first and wait for it as long again (the caller, and a transaction's rollback,
-    waiting with it), but a server that stopped answering answers no cancel either."""
+    waiting with it), but a server that stopped answering answers no cancel either. Its pool's
+    other connections are replaced then too (`silenced`): idle ones lead to the same server, and
+    each would hold a call for the client's whole wait before it was dropped in turn."""
+
+    silenced: Callable[[], None] | None = None  # set by create_pool's init
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         with self._dropped_when_silent():
@@ -61,7 +66,24 @@ class ServerConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg shi
             yield
         except TimeoutError:
             self.terminate()
+            if self.silenced is not None:
+                self.silenced()
             raise
+
+
+class _ReplaceAll:
+    """A pool's `silenced`: every connection of the pool is replaced at its next acquire (a
+    multi-host URL's new connections then pass the silent server over)."""
+
+    def __init__(self) -> None:
+        self.pool: asyncpg.Pool | None = None
+        self._pending: set[asyncio.Future[None]] = set()
+
+    def __call__(self) -> None:
+        if self.pool is not None:
+            expiring = asyncio.ensure_future(self.pool.expire_connections())
+            self._pending.add(expiring)
+            expiring.add_done_callback(self._pending.discard)
 
 
 @contextlib.asynccontextmanager
@@ -147,11 +169,17 @@ async def create_pool(
     what makes those constants' quoting complete.
     """
     hosts = hosts_of(dsn)
+    replace_all = _ReplaceAll()
+
+    async def init(conn: ServerConnection) -> None:
+        conn.silenced = replace_all
+        await init_connection(conn)
+
     pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        init=init_connection,
+        init=init,
         reset=keep_session,
         connect=HostsInTurn(hosts) if len(hosts) > 1 else None,
         timeout=CONNECT_TIMEOUT_S,
@@ -172,6 +200,7 @@ async def create_pool(
         },
     )
     assert pool is not None
+    replace_all.pool = pool
     return pool
 
 
