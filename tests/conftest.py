@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,13 @@ def root_logging_restored() -> Iterator[None]:
     root.setLevel(level)
 
 
+# The session server's log, once started: a failing test's report shows what it logged meanwhile.
+_SERVER_LOG: list[Path] = []
+# Lock waits past deadlock_timeout (1 s) and statements over 2 s are logged, with the process
+# holding the lock: a statement that timed out then says what it waited for.
+_DIAGNOSTIC_SETTINGS = "ALTER SYSTEM SET log_lock_waits = on; ALTER SYSTEM SET log_min_duration_statement = 2000;"
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[embedded.EmbeddedPostgres]:
     """The session's embedded PostgreSQL; its HAKI_DATA_DIR is `pg_server.pgdata.parent`."""
@@ -49,9 +56,40 @@ def pg_server() -> Iterator[embedded.EmbeddedPostgres]:
     # would delete this one's database under it.
     data_dir = Path(tempfile.mkdtemp(prefix="haki-test-"))
     server = embedded.start(data_dir)
+    server._server.psql(_DIAGNOSTIC_SETTINGS + "SELECT pg_reload_conf();")
+    _SERVER_LOG.append(server.pgdata / "log")
     yield server
+    _SERVER_LOG.clear()
     server.close()
     shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report carries the lines the session's PostgreSQL logged during it."""
+    report = yield
+    if call.when == "setup":
+        item.stash[_LOG_START] = _log_size()
+    elif report.failed and _SERVER_LOG:
+        start = item.stash.get(_LOG_START, 0)
+        with _SERVER_LOG[0].open("rb") as f:
+            f.seek(start)
+            lines = f.read().decode(errors="replace").splitlines()[-80:]
+        if lines:
+            report.sections.append(("PostgreSQL log during the test", "\n".join(lines)))
+    return report
+
+
+_LOG_START = pytest.StashKey[int]()
+
+
+def _log_size() -> int:
+    try:
+        return _SERVER_LOG[0].stat().st_size if _SERVER_LOG else 0
+    except OSError:
+        return 0
 
 
 @pytest.fixture(scope="session")

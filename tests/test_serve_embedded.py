@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 
 from haki_context.db import embedded
 
@@ -146,3 +147,16 @@ async def test_embedded_server_runs_autoprewarm(pg_uri: str) -> None:
         assert await conn.fetchval("SHOW pg_prewarm.autoprewarm") == "on"  # defined only when loaded
     finally:
         await conn.close()
+
+
+async def test_the_server_started_anew_logs_to_the_file_its_errors_name(pg_server: embedded.EmbeddedPostgres) -> None:
+    # The session's server was created and restarted once to load pg_prewarm; the restarted one
+    # must write where startup errors point (`its log is <pgdata>/log`).
+    marker = f"log_check_{os.getpid()}_{time.monotonic_ns()}"
+    conn = await asyncpg.connect(pg_server.uri)
+    try:
+        with pytest.raises(asyncpg.UndefinedTableError):
+            await conn.execute(f"SELECT 1 FROM {marker}")
+    finally:
+        await conn.close()
+    assert marker in (pg_server.pgdata / "log").read_text()

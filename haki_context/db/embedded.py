@@ -359,8 +359,14 @@ def _tune(server: _Server, pgdata: Path) -> None:
     server.psql("".join(f"ALTER SYSTEM SET {k} = '{v}';" for k, v in changed.items()))
     if _RESTART_ONLY & changed.keys():
         log.info("restarting the embedded PostgreSQL to apply %s", listed)
-        # pg_ctl restart reuses the options of the previous start (socket directory, no TCP).
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=pgdata, user=server.system_user, timeout=60)
+        # pg_ctl restart reuses the options of the previous start (socket directory, no TCP), but
+        # not its log file: without -l the new server would log to pg_ctl's own output, lost.
+        pg_ctl(
+            ["-w", "-m", "fast", "-l", str(pgdata / "log"), "restart"],
+            pgdata=pgdata,
+            user=server.system_user,
+            timeout=60,
+        )
         info = PostmasterInfo.read_from_pgdata(pgdata)
         if info is not None:
             # The new postmaster, which the package's cleanup stops; the package has no public setter.
