@@ -629,28 +629,38 @@ async def _retention_loop(rt: Runtime, days: float, every_seconds: float = 3600.
         await asyncio.sleep(jobs.wake_interval(every_seconds))
 
 
+# How soon a pass that a write woke tries again while another process's pass holds the builders' lock.
+WOKEN_RETRY_S = 1.0
+
+
 async def _scope_index_loop(rt: Runtime, settings: Settings) -> None:
     """Build the HNSW index of every scope past HAKI_SCOPE_INDEX_ROWS every HAKI_SCOPE_INDEX_INTERVAL_S,
     by one process of all those serving the database (core/serving/jobs.py), at start-up when
-    none did within the interval (builds run concurrently with requests: CREATE INDEX CONCURRENTLY)."""
+    none did within the interval (builds run concurrently with requests: CREATE INDEX CONCURRENTLY),
+    and at once when a write of this process takes a scope to that size (`rt.scope_growth`)."""
     from .core.serving.scope_indexes import build_pending
 
     failures = _FailureLog("scope index build")
     every = settings.scope_index_interval_s
+    woken = False
     while True:
+        retry = False
         try:
-            if await jobs.claim(rt.pool, Job.SCOPE_INDEXES, every):
-                await build_pending(
+            if woken or await jobs.claim(rt.pool, Job.SCOPE_INDEXES, every):
+                built = await build_pending(
                     rt.pool,
                     settings.scope_index_rows,
                     ivf_rows=settings.ivf_index_rows,
                     build_memory=settings.scope_index_build_memory,
                     lexeme_rows=settings.full_text_lexeme_rows,
                 )
+                # Another process's pass holds the builders' lock: it may have listed the scopes before this one grew.
+                retry = woken and built is None
             failures.succeeded()
         except Exception as exc:  # a failed build leaves the exact scan in place; retry later
             failures.failed(exc)
-        await asyncio.sleep(jobs.wake_interval(every))
+        wait_s = WOKEN_RETRY_S if retry else jobs.wake_interval(every)
+        woken = await rt.scope_growth.crossed_within(wait_s) or retry
 
 
 class _FailureLog:

@@ -422,6 +422,7 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
     from .core.embedding.space import check_embedding_space
     from .core.memory.portability import import_lines
     from .core.serving.runtime import Runtime, open_pool
+    from .core.serving.scope_indexes import build_pending
 
     if settings.embed_provider is not EmbedProvider.HASHING:
         _check_model_cache(settings, writable=False)
@@ -437,14 +438,27 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
             counts = await _as_operator_error(
                 import_lines(rt, Caller.operator(args.project), source, args.subject), "the file, or --subject"
             )
+            print(
+                f"imported {counts.events} event(s), {counts.facts} fact(s) and {counts.conflict_sets} conflict set(s)"
+                f" into subject {counts.subject_id!r} of project {args.project!r}"
+            )
+            # The import took the subject to an indexed size: its indexes now, not at a server's next pass.
+            if settings.scope_index_interval_s > 0 and await rt.scope_growth.crossed_within(0):
+                built = await build_pending(
+                    pool,
+                    settings.scope_index_rows,
+                    ivf_rows=settings.ivf_index_rows,
+                    build_memory=settings.scope_index_build_memory,
+                    lexeme_rows=settings.full_text_lexeme_rows,
+                )
+                for scope in built or ():
+                    print(
+                        f"built the {scope.table} indexes of {scope.project_id}/{scope.subject_id} ({scope.rows} rows)"
+                    )
         finally:
             await pool.close()
             embedder.close()
             source.close()
-    print(
-        f"imported {counts.events} event(s), {counts.facts} fact(s) and {counts.conflict_sets} conflict set(s)"
-        f" into subject {counts.subject_id!r} of project {args.project!r}"
-    )
     return 0
 
 

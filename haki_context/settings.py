@@ -281,7 +281,7 @@ class Settings(BaseSettings):
     scope_index_rows: int = 10_000
     """Rows from which a subject's facts (or episode chunks) get an HNSW index of their own."""
     scope_index_interval_s: float = 60.0
-    """Seconds between background passes that build scope indexes (0: only `haki-context index-scopes`)."""
+    """Seconds between background passes that build scope indexes, besides the pass a write taking a scope to an indexed size wakes (0: no pass, only `haki-context index-scopes`)."""
     scope_index_build_memory: str = "512MB"
     """maintenance_work_mem of a scope index build."""
     hnsw_ef_search: int = 100

@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 
 from .columns import EVENT_COLUMNS
+from .scope_indexes import ScopeRows, add_rows
 
 
 @dataclass(frozen=True)
@@ -90,23 +91,12 @@ async def insert_chunks(
     )
 
 
-async def add_chunk_counts(conn: asyncpg.Connection, project_id: str, chunks: list[NewChunk]) -> None:
+async def add_chunk_counts(conn: asyncpg.Connection, project_id: str, chunks: list[NewChunk]) -> list[ScopeRows]:
     """Keep `subjects.chunk_rows` (which chooses the search plan) in step with the inserts."""
     counts: dict[str, int] = {}
     for c in chunks:
         counts[c.subject_id] = counts.get(c.subject_id, 0) + 1
-    await conn.execute(
-        """
-        INSERT INTO subjects (project_id, subject_id, chunk_rows)
-        SELECT $1, s, n FROM unnest($2::text[], $3::bigint[]) AS t(s, n)
-        ON CONFLICT (project_id, subject_id)
-        DO UPDATE SET chunk_rows = subjects.chunk_rows + excluded.chunk_rows
-        """,
-        project_id,
-        # Sorted: two batches naming the same subjects lock their rows in one order (no deadlock).
-        sorted(counts),
-        [counts[s] for s in sorted(counts)],
-    )
+    return await add_rows(conn, project_id, "episode_chunks", counts)
 
 
 async def get_events(conn: asyncpg.Connection, project_id: str, ids: list[str]) -> list[asyncpg.Record | None]:

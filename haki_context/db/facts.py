@@ -88,12 +88,6 @@ async def insert_fact(
         fact.text,
         embedding,
     )
-    await conn.execute(
-        "INSERT INTO subjects (project_id, subject_id, fact_rows) VALUES ($1, $2, 1)"
-        " ON CONFLICT (project_id, subject_id) DO UPDATE SET fact_rows = subjects.fact_rows + 1",
-        project_id,
-        fact.subject_id,
-    )
     return row
 
 

@@ -116,7 +116,7 @@ class RestoredFact:
 async def insert_facts(
     conn: asyncpg.Connection, project_id: str, facts: list[RestoredFact], embeddings: np.ndarray
 ) -> None:
-    """Insert facts with their status, links and dates as given, and count them on the subject."""
+    """Insert facts with their status, links and dates as given (the caller counts them on the subject)."""
     await conn.executemany(
         """
         INSERT INTO facts (project_id, id, subject_id, predicate, value, value_hash, confidence, status, volatility,
@@ -158,14 +158,6 @@ async def insert_facts(
             for f, v in zip(facts, embeddings)
         ],
     )
-    if facts:
-        await conn.execute(
-            "INSERT INTO subjects (project_id, subject_id, fact_rows) VALUES ($1, $2, $3)"
-            " ON CONFLICT (project_id, subject_id) DO UPDATE SET fact_rows = subjects.fact_rows + excluded.fact_rows",
-            project_id,
-            facts[0].subject_id,
-            len(facts),
-        )
 
 
 async def link_facts(

@@ -52,6 +52,34 @@ def wants_ivf(rows: int, ivf_rows: int) -> bool:
     return rows >= ivf_rows
 
 
+@dataclass(frozen=True)
+class ScopeRows:
+    """A scope's rows in one table (its `subjects` counter) before and after a write added some."""
+
+    subject_id: str
+    table: str
+    before: int
+    after: int
+
+
+async def add_rows(conn: asyncpg.Connection, project_id: str, table: str, added: dict[str, int]) -> list[ScopeRows]:
+    """Add `added` (rows per subject) to the scopes' counters of `table`, which choose the search
+    plan and the scopes to index, in the caller's transaction; each scope's count before and after."""
+    column, _ = TABLES[table]
+    # Sorted: two writes naming the same subjects lock their rows in one order (no deadlock).
+    subjects = sorted(added)
+    rows = await conn.fetch(
+        f"INSERT INTO subjects (project_id, subject_id, {column})"
+        " SELECT $1, s, n FROM unnest($2::text[], $3::bigint[]) AS t(s, n)"
+        f" ON CONFLICT (project_id, subject_id) DO UPDATE SET {column} = subjects.{column} + excluded.{column}"
+        f" RETURNING subject_id, {column} AS after",
+        project_id,
+        subjects,
+        [added[s] for s in subjects],
+    )
+    return [ScopeRows(r["subject_id"], table, r["after"] - added[r["subject_id"]], r["after"]) for r in rows]
+
+
 class IndexKind(StrEnum):
     """A scope's vector indexes: each kind's name carries it (`<table>_<kind>_<digest>`)."""
 

@@ -59,7 +59,8 @@ async def _write(
                 if k + 1 < len(parts):
                     pending = asyncio.ensure_future(rt.embedder.embed_many([c.text for c in parts[k + 1]]))
                 await db_events.insert_chunks(conn, project_id, part, vectors)
-            await db_events.add_chunk_counts(conn, project_id, chunks)
+            grown = await db_events.add_chunk_counts(conn, project_id, chunks)
+        rt.scope_growth.saw(grown, rt.settings)  # committed: an index pass woken now sees the rows
     finally:
         if not pending.done():
             pending.cancel()

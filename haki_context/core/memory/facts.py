@@ -20,6 +20,7 @@ import orjson
 from ...db import conflicts as db_conflicts
 from ...db import events as db_events
 from ...db import facts as db_facts
+from ...db import scope_indexes as db_scope_indexes
 from ..errors import IllegalTransition, InvalidInput, NotFound
 from ..limits import (
     MAX_PAYLOAD_BYTES,
@@ -104,12 +105,16 @@ async def assert_fact(rt: Runtime, project_id: str, item: FactInput) -> FactAsse
                 embedding,
             )
         )
+        grown = await db_scope_indexes.add_rows(conn, project_id, "facts", {item.subject_id: 1})
         others = [fact for fact, _ in active]
         if not others or item.mode is AssertMode.ADD:
-            return FactAssertion(fact=new, outcome=AssertOutcome.CREATED)
-        if item.mode is AssertMode.SUPERSEDE:
-            return await _supersede(conn, project_id, new, others, now)
-        return await _contest(conn, project_id, new, others, now)
+            assertion = FactAssertion(fact=new, outcome=AssertOutcome.CREATED)
+        elif item.mode is AssertMode.SUPERSEDE:
+            assertion = await _supersede(conn, project_id, new, others, now)
+        else:
+            assertion = await _contest(conn, project_id, new, others, now)
+    rt.scope_growth.saw(grown, rt.settings)  # committed: an index pass woken now sees the row
+    return assertion
 
 
 async def _check_sources(conn: asyncpg.Connection, project_id: str, subject_id: str, ids: list[str]) -> None:

@@ -43,8 +43,10 @@ import orjson
 
 from ...db import events as db_events
 from ...db import portability as db_portability
+from ...db import scope_indexes as db_scope_indexes
 from ...db import subject_locks
 from ...db.pool import waiting_without_limit
+from ...db.scope_indexes import ScopeRows
 from ..errors import InvalidInput
 from ..limits import (
     MAX_KIND_CHARS,
@@ -204,6 +206,7 @@ async def import_lines(
             raise InvalidInput(
                 "the file holds two ACTIVE facts with the same predicate and value", field="file"
             ) from exc
+    rt.scope_growth.saw(loader.grown, rt.settings)
     return ImportCounts(target, loader.n_events, loader.n_facts, loader.n_conflicts)
 
 
@@ -327,6 +330,7 @@ class _Loader:
         self._open_member_of: dict[str, tuple[int, str]] = {}  # old fact id -> (line, old conflict id)
         self._open_sets: dict[str, set[str]] = {}  # old conflict id -> its old fact ids, for OPEN sets
         self.n_events = self.n_facts = self.n_conflicts = 0
+        self.grown: list[ScopeRows] = []  # the scopes' counts the import added to, told once it committed
 
     async def add(self, conn: asyncpg.Connection, number: int, record: dict[str, Any]) -> None:
         kind = record["type"]
@@ -488,7 +492,7 @@ class _Loader:
         vectors = await self._rt.embedder.embed_many([c.text for c in self._pending_chunks])
         await db_events.insert_events(conn, self._project, self._pending_events)
         await db_events.insert_chunks(conn, self._project, self._pending_chunks, vectors)
-        await db_events.add_chunk_counts(conn, self._project, self._pending_chunks)
+        self.grown += await db_events.add_chunk_counts(conn, self._project, self._pending_chunks)
         self._pending_events, self._pending_chunks = [], []
 
     async def _flush_facts(self, conn: asyncpg.Connection) -> None:
@@ -496,6 +500,9 @@ class _Loader:
             return
         vectors = await self._rt.embedder.embed_many([f.text for f in self._pending_facts])
         await db_portability.insert_facts(conn, self._project, self._pending_facts, vectors)
+        self.grown += await db_scope_indexes.add_rows(
+            conn, self._project, "facts", {self._subject: len(self._pending_facts)}
+        )
         self._pending_facts = []
 
     async def finish(self, conn: asyncpg.Connection, trailer: dict[str, Any] | None) -> None:

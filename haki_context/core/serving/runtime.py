@@ -12,7 +12,7 @@ from ...settings import Settings
 from ..embedding.embedder import Embedder
 from .admission import Admission
 from .replicas import PrimaryReads, Reads, ReplicaSet
-from .scope_indexes import OwnIndexHints
+from .scope_indexes import OwnIndexHints, ScopeGrowth
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Runtime:
     embedder: Embedder
     settings: Settings
     own_indexes: OwnIndexHints = field(default_factory=OwnIndexHints)
+    # Writes that take a scope to an indexed size wake the index pass (shared by routed copies).
+    scope_growth: ScopeGrowth = field(default_factory=ScopeGrowth)
     # The embedded server this process started or attached to; None with HAKI_DATABASE_URL.
     embedded: EmbeddedPostgres | None = None
     # The read replicas of HAKI_REPLICA_URLS; None without any.

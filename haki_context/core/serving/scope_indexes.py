@@ -16,16 +16,19 @@ can use it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 
 import asyncpg
 
 from ...db import scope_indexes as db_scope_indexes
 from ...db import scope_lexemes as db_scope_lexemes
 from ...db.pool import waiting_without_limit
-from ...db.scope_indexes import Scope
+from ...db.scope_indexes import Scope, ScopeRows
+from ...settings import Settings
 from ..progress import Progress
 
 log = logging.getLogger(__name__)
@@ -107,6 +110,33 @@ async def build_pending(
         finally:
             await db_scope_indexes.reset_builder(conn)
             await db_scope_indexes.unlock(conn)
+
+
+class ScopeGrowth:
+    """Wakes this process's index pass as soon as a write takes a scope to a size that gets it an
+    index (HAKI_SCOPE_INDEX_ROWS, and HAKI_IVF_INDEX_ROWS for its IVFFlat one), so a scope that
+    a load makes large leaves the exact scan once the build is done, not up to
+    HAKI_SCOPE_INDEX_INTERVAL_S later. Told by each write once it has committed (a pass woken
+    before would not see the rows)."""
+
+    def __init__(self) -> None:
+        self._crossed = asyncio.Event()
+
+    def saw(self, counts: Iterable[ScopeRows], settings: Settings) -> None:
+        """Note a write's counts; a scope that reached a size with an index to build wakes the pass."""
+        sizes = [n for n in (settings.scope_index_rows, settings.ivf_index_rows) if n > 0]
+        if any(c.before < n <= c.after for c in counts for n in sizes):
+            self._crossed.set()
+
+    async def crossed_within(self, seconds: float) -> bool:
+        """Wait up to `seconds` for a scope to reach such a size; True (and cleared) when one did."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._crossed.wait()
+        except TimeoutError:
+            return False
+        self._crossed.clear()
+        return True
 
 
 class OwnIndexHints:

@@ -1,0 +1,237 @@
+"""A scope loaded past HAKI_SCOPE_INDEX_ROWS: how long its calls stay on the exact scan, `python -m benchmarks.index_wake`.
+
+The server answers a scope below HAKI_SCOPE_INDEX_ROWS (10,000 rows by default) with an exact
+scan, and gives it HNSW and IVFFlat indexes of its own once it is past that size. This harness
+serves the app in process (its lifespan runs the index pass, every HAKI_SCOPE_INDEX_INTERVAL_S:
+60 s by default) on a fresh database, records `--events` events (10,000: one chunk each) into one
+subject in batches of 1,000 through `recordEvents`, and, from the moment the last batch is
+acknowledged, times `context` calls back to back (the latency harness's agent selection, budget
+900) until the scope's index of episode chunks is ready and `--after` (10) seconds more. It
+reports the seconds from the load to the ready index, the calls served meanwhile (on the exact
+scan) and after, with their p50 / p95.
+
+Twice, each on a subject of its own and a server started anew: `woken`, the server as it is (a
+write that takes a scope to the size wakes the pass), and `interval only`, the same server with
+that wake switched off in this process, as the server was before it (the pass on its interval
+only). The hashing embedder stands in for the model (the statements' cost is what is timed, and
+the load takes seconds, not minutes); the timed window is bounded by `--seconds` (120).
+Output: results/index-wake-<date>.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from haki_context.app import create_app
+from haki_context.core.serving.runtime import Runtime
+from haki_context.core.serving.scope_indexes import ScopeGrowth
+from haki_context.db import embedded, migrate
+from haki_context.db.scope_indexes import ScopeRows
+from haki_context.settings import EmbedProvider, Settings
+
+from .latency_server import AGENT_QUERY
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DATABASE = "haki_bench_index_wake"
+BATCH = 1000
+WORDS = [
+    "garden",
+    "river",
+    "concert",
+    "sister",
+    "painting",
+    "camping",
+    "adoption",
+    "support",
+    "school",
+    "beach",
+    "photo",
+    "race",
+]
+
+
+class _Unwoken(ScopeGrowth):
+    """The server before the wake: writes tell the pass nothing; it runs on its interval only."""
+
+    def saw(self, counts: Iterable[ScopeRows], settings: Settings) -> None:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def _served(dsn: str, *, woken: bool) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
+    settings = Settings(database_url=dsn, dev_mode=True, embed_provider=EmbedProvider.HASHING)
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        rt: Runtime = app.state.runtime
+        if not woken:
+            object.__setattr__(rt, "scope_growth", _Unwoken())  # before any write: the loop waits on it
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://b", timeout=60) as http:
+            yield http, rt
+
+
+async def _post(http: httpx.AsyncClient, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    body = (await http.post("/graphql", json={"query": query, "variables": variables})).json()
+    if body.get("errors"):
+        raise RuntimeError(body["errors"])
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+async def _ready(conn: asyncpg.Connection, subject: str) -> bool:
+    return bool(
+        await conn.fetchval(
+            "SELECT ready_at IS NOT NULL FROM scope_vector_indexes WHERE subject_id = $1 AND table_name = 'episode_chunks'",
+            subject,
+        )
+    )
+
+
+def _figures(ms: list[float]) -> dict[str, Any]:
+    if not ms:
+        return {"calls": 0}
+    ordered = sorted(ms)
+    return {
+        "calls": len(ms),
+        "p50_ms": round(statistics.median(ordered), 2),
+        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
+    }
+
+
+async def run_one(dsn: str, *, woken: bool, events: int, seconds: float, after: float) -> dict[str, Any]:
+    subject = f"loaded-{'woken' if woken else 'interval'}"
+    mutation = "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }"
+    async with _served(dsn, woken=woken) as (http, rt):
+        await asyncio.sleep(1.0)  # the pass at start-up (nothing to build yet) is over
+        load_started = time.monotonic()
+        for start in range(0, events, BATCH):
+            inputs = [
+                {
+                    "subjectId": subject,
+                    "kind": "conversation.message",
+                    "payload": {
+                        "speaker": "Ann",
+                        "text": f"turn {i}: the {WORDS[i % 12]} and the {WORDS[(i * 7) % 12]}",
+                    },
+                }
+                for i in range(start, min(events, start + BATCH))
+            ]
+            await _post(http, mutation, {"i": inputs})
+        loaded = time.monotonic()
+        conn = await asyncpg.connect(dsn)
+        before: list[float] = []
+        after_ms: list[float] = []
+        ready_s: float | None = None
+        try:
+            i = 0
+            while time.monotonic() - loaded < seconds:
+                if ready_s is None and await _ready(conn, subject):
+                    ready_s = time.monotonic() - loaded
+                if ready_s is not None and time.monotonic() - loaded > ready_s + after:
+                    break
+                variables = {"s": subject, "q": f"what about the {WORDS[i % 12]} on day {i}?", "b": 900}
+                t = time.perf_counter()
+                await _post(http, AGENT_QUERY, variables)
+                (before if ready_s is None else after_ms).append((time.perf_counter() - t) * 1000)
+                i += 1
+        finally:
+            await conn.close()
+        del rt
+    return {
+        "variant": "woken" if woken else "interval only",
+        "load_s": round(loaded - load_started, 2),
+        "ready_after_load_s": None if ready_s is None else round(ready_s, 2),
+        "exact_scan": _figures(before),
+        "own_index": _figures(after_ms),
+    }
+
+
+def _markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# Index wake, {result['at']}",
+        "",
+        f"`{result['command']}`: {result['events']:,} events (one chunk each) recorded into one subject in batches"
+        f" of {BATCH:,}, then `context` calls back to back (agent selection, budget 900); HAKI_SCOPE_INDEX_ROWS"
+        " and HAKI_SCOPE_INDEX_INTERVAL_S at their defaults; the hashing embedder.",
+        "",
+        "| variant | load s | index ready after the load, s | calls on the exact scan: n, p50 / p95 ms | calls on the own index: n, p50 / p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+    for r in result["runs"]:
+        e, o = r["exact_scan"], r["own_index"]
+        ready = "not within the window" if r["ready_after_load_s"] is None else r["ready_after_load_s"]
+        lines.append(
+            f"| {r['variant']} | {r['load_s']} | {ready} | {e['calls']}, {e.get('p50_ms', '-')} / {e.get('p95_ms', '-')}"
+            f" | {o['calls']}, {o.get('p50_ms', '-')} / {o.get('p95_ms', '-')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+async def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        await admin.execute(f"CREATE DATABASE {DATABASE}")
+    finally:
+        await admin.close()
+    bench = dsn.replace("/postgres?", f"/{DATABASE}?")
+    await migrate.apply(bench)
+    runs = []
+    try:
+        for woken in (True, False):
+            runs.append(await run_one(bench, woken=woken, events=args.events, seconds=args.seconds, after=args.after))
+            print(json.dumps(runs[-1]), flush=True)
+    finally:
+        admin = await asyncpg.connect(dsn)
+        try:
+            await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        finally:
+            await admin.close()
+    return {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m benchmarks.index_wake " + " ".join(sys.argv[1:]),
+        "events": args.events,
+        "runs": runs,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=120.0, help="the longest timed window after the load")
+    parser.add_argument("--after", type=float, default=10.0, help="seconds timed once the index is ready")
+    parser.add_argument("--database-url", help="a PostgreSQL (its `postgres` database) instead of a fresh embedded one")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="haki-index-wake-") as tmp:
+        server = None if args.database_url else embedded.start(Path(tmp))
+        try:
+            dsn = args.database_url or server.uri  # type: ignore[union-attr]
+            result = asyncio.run(run(dsn, args))
+        finally:
+            if server is not None:
+                server.close()
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"index-wake-{datetime.now(UTC).date().isoformat()}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(_markdown(result))
+    print(_markdown(result))
+    print(f"wrote {stem}.json and .md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
