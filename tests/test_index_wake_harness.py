@@ -23,5 +23,5 @@ def test_the_harness_times_both_variants_and_writes_its_figures(pg_uri: str, tmp
     for run in result["runs"]:
         assert run["ready_after_load_s"] is None
         assert run["exact_scan"]["calls"] > 0 and run["exact_scan"]["p50_ms"] > 0
-        assert run["own_index"]["calls"] == 0
+        assert run["own_index"]["calls"] == 0 and run["settled"]["calls"] == 0
     assert "| woken |" in result_file.with_suffix(".md").read_text()
