@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from dataclasses import replace
 from typing import Any, cast
 
 import asyncpg
+import pytest
 from conftest import GraphQLClient, client_for
 from contextlib_helpers import with_settings
 from strawberry.extensions.validation_cache import _get_validate_cache
@@ -60,7 +62,9 @@ async def test_a_too_deep_document_stays_refused_when_sent_again(client: GraphQL
         assert (await client.error(query))["extensions"]["code"] == "QUERY_TOO_COMPLEX"
 
 
-async def test_statement_over_the_timeout_is_timeout_and_stores_nothing(runtime: Runtime, subject: str) -> None:
+async def test_statement_over_the_timeout_is_timeout_and_stores_nothing(
+    runtime: Runtime, subject: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async def init(conn: asyncpg.Connection) -> None:
         await init_connection(conn)
         await conn.execute("SET statement_timeout = 1")  # after the codecs' own queries
@@ -69,8 +73,12 @@ async def test_statement_over_the_timeout_is_timeout_and_stores_nothing(runtime:
     slow = client_for(replace(runtime, pool=pool))
     try:
         inputs = [{"subjectId": subject, "kind": "k", "payload": {"text": "word " * 50}} for _ in range(1000)]
-        error = await slow.error("mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }", {"i": inputs})
+        with caplog.at_level(logging.WARNING, logger="haki_context.errors"):
+            error = await slow.error("mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }", {"i": inputs})
         assert error["extensions"]["code"] == "TIMEOUT"
+        # The log says why the database cancelled the statement; the response does not.
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("TIMEOUT:")]
+        assert lines == ["TIMEOUT: canceling statement due to statement timeout"]
     finally:
         await slow.http.aclose()
         await pool.close()

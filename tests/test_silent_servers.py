@@ -2,7 +2,7 @@
 connecting to one of several hosts (db/pool.HostsInTurn), each within a timeout of its own, the next
 connection beginning with the host that answered; and given up on a grace after the statement
 timeout when a statement waits on it (db/pool.client_wait_s), but where the work lifts that timeout
-(db/pool.waiting_without_limit). Also how a URL names its hosts (db/hosts.py)."""
+(db/pool.without_statement_timeout). Also how a URL names its hosts (db/hosts.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from haki_context.core.serving.runtime import open_pool
 from haki_context.db import pool as db_pool
 from haki_context.db.hosts import Host, hosts_of
-from haki_context.db.pool import HostsInTurn, waiting_without_limit
+from haki_context.db.pool import HostsInTurn, without_statement_timeout
 from haki_context.settings import Settings
 
 
@@ -126,8 +126,11 @@ async def test_a_statement_is_given_up_on_a_grace_after_the_statement_timeout_bu
             # The connection is dropped at once (its transaction's rollback finds it closed), not
             # cancelled and waited for as long again.
             assert isinstance(raised.value.__context__, TimeoutError)
-        async with pool.acquire() as conn, waiting_without_limit(conn):
-            await lifted_sleep(conn)  # waited for to the end
+        async with pool.acquire() as conn:
+            async with without_statement_timeout(conn):
+                await lifted_sleep(conn)  # waited for to the end
+                assert await conn.fetchval("SHOW statement_timeout") == "0"
+            assert await conn.fetchval("SHOW statement_timeout") == "100ms"  # the server's limit is back
         async with pool.acquire() as conn:  # the limit is back after the block
             with pytest.raises(asyncpg.InterfaceError):
                 await lifted_sleep(conn)

@@ -40,11 +40,6 @@ SELECT (SELECT count(*) FROM t) AS traces, (SELECT count(*) FROM d) AS trace_dec
 """
 
 
-async def lift_statement_timeout(conn: asyncpg.Connection) -> None:
-    """No statement timeout until the transaction ends (the pool's setting returns after it)."""
-    await conn.execute("SELECT set_config('statement_timeout', '0', true)")
-
-
 async def delete_subject(conn: asyncpg.Connection, project_id: str, subject_id: str) -> dict[str, int]:
     """Delete every row of (project, subject); returns how many of each kind, by table-like name
     (`traces` and `trace_decisions` from one statement)."""
@@ -106,11 +101,7 @@ async def drop_scope_indexes(conn: asyncpg.Connection, names: list[str]) -> int:
     ]
     if not existing:
         return 0
-    await conn.execute("SELECT set_config('statement_timeout', '0', false)")
-    try:
-        for name in existing:
-            ddl = await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name)
-            await conn.execute(ddl)
-    finally:
-        await conn.execute("RESET statement_timeout")
+    for name in existing:
+        ddl = await conn.fetchval("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)", name)
+        await conn.execute(ddl)
     return len(existing)

@@ -45,8 +45,21 @@ class ServerConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg shi
             return await super().execute(*args, **kwargs)
 
     async def executemany(self, *args: Any, **kwargs: Any) -> Any:
+        # Cancelled while it waits to send more rows, asyncpg's executemany swallows the
+        # cancellation and waits for an answer the server, left half way through the batch without
+        # its Sync, never sends (asyncpg 0.32, bind_execute_many): the call would hang until the
+        # client's wait ran out. Cancelled, the connection is dropped at once (the server rolls its
+        # transaction back) and the cancellation goes on.
         with self._dropped_when_silent():
-            return await super().executemany(*args, **kwargs)
+            sending = asyncio.ensure_future(super().executemany(*args, **kwargs))
+            try:
+                return await asyncio.shield(sending)
+            except asyncio.CancelledError:
+                self.terminate()
+                sending.cancel()  # out of its wait to send more, to the closed connection's error
+                with contextlib.suppress(BaseException):
+                    await sending
+                raise
 
     async def fetch(self, *args: Any, **kwargs: Any) -> Any:
         with self._dropped_when_silent():
@@ -87,20 +100,27 @@ class _ReplaceAll:
 
 
 @contextlib.asynccontextmanager
-async def waiting_without_limit(conn: asyncpg.Connection) -> AsyncIterator[None]:
-    """Within the block, the client waits on `conn` for as long as a statement takes: for the work
-    that lifts the statement timeout too (an erasure, an import, an export's snapshot, index builds).
+async def without_statement_timeout(conn: asyncpg.Connection) -> AsyncIterator[None]:
+    """Within the block, statements on `conn` run to their end: the server applies no statement
+    timeout (the session's, reset after the block) and the client waits for as long as they take.
+    For the work that must not be cut half way: an erasure, an import, an export's snapshot, index
+    builds and drops. A connection whose reset fails is dropped, never pooled without its limit.
 
     asyncpg reads its command timeout from the connection's configuration at each call and offers no
     call-level "no limit", so the block swaps that configuration (a pooled connection's, behind its
-    proxy) and puts it back; tests/test_hosts.py holds it to asyncpg's behaviour."""
+    proxy) and puts it back; tests/test_silent_servers.py holds it to asyncpg's behaviour."""
     raw = getattr(conn, "_con", None) or conn  # a pool's proxy holds the connection there
     config = raw._config
     raw._config = config._replace(command_timeout=None)
     try:
+        await conn.execute("SET statement_timeout = 0")
         yield
     finally:
         raw._config = config
+        try:
+            await conn.execute("RESET statement_timeout")
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            conn.terminate()
 
 
 def _jsonb_encode(value: Any) -> bytes:

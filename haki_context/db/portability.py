@@ -46,7 +46,6 @@ async def begin_snapshot(conn: asyncpg.Connection, idle_timeout_s: float | None)
     vacuum from cleaning up, for ever). None: no limit (the command line)."""
     tx = conn.transaction(isolation="repeatable_read", readonly=True)
     await tx.start()
-    await conn.execute("SELECT set_config('statement_timeout', '0', true)")
     if idle_timeout_s is not None:
         await conn.execute(
             "SELECT set_config('idle_in_transaction_session_timeout', $1, true)", f"{int(idle_timeout_s * 1000)}ms"
@@ -78,11 +77,6 @@ async def holds_memory(conn: asyncpg.Connection, project_id: str, subject_id: st
         subject_id,
     )
     return found
-
-
-async def lift_statement_timeout(conn: asyncpg.Connection) -> None:
-    """No statement timeout until the transaction ends: an import's batches may outlast it."""
-    await conn.execute("SELECT set_config('statement_timeout', '0', true)")
 
 
 @dataclass(frozen=True)

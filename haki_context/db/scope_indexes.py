@@ -140,16 +140,15 @@ async def unlock(conn: asyncpg.Connection) -> None:
 
 
 async def configure_builder(conn: asyncpg.Connection, memory: str) -> None:
-    """No statement timeout (a build outlives any request's) and `memory` (e.g. '512MB') to build
-    in: a graph that fits builds several times faster (a 100,000-row scope needs ~200 MB)."""
-    await conn.execute(
-        "SELECT set_config('statement_timeout', '0', false), set_config('maintenance_work_mem', $1, false)", memory
-    )
+    """`memory` (e.g. '512MB') to build in: a graph that fits builds several times faster (a
+    100,000-row scope needs ~200 MB). The caller lifts the statement timeout (a build outlives
+    any request's: db/pool.without_statement_timeout)."""
+    await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
 
 
 async def reset_builder(conn: asyncpg.Connection) -> None:
     """Give a pooled connection back with the pool's own settings."""
-    await conn.execute("RESET statement_timeout; RESET maintenance_work_mem")
+    await conn.execute("RESET maintenance_work_mem")
 
 
 async def build(conn: asyncpg.Connection, scope: Scope, ivf_rows: int = 0) -> str:

@@ -75,6 +75,18 @@ def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
     return None, False
 
 
+def _log_cancelled(exc: BaseException | None) -> None:
+    """Say in the log why the database cancelled a statement (its statement timeout, or a cancel
+    request): the response says TIMEOUT only."""
+    for _ in range(8):
+        if exc is None:
+            return
+        if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
+            log.warning("TIMEOUT: %s", exc.args[0] if exc.args else exc)
+            return
+        exc = getattr(exc, "original_error", None) or exc.__cause__ or exc.__context__
+
+
 class RequestErrorCode(str, Enum):
     """The codes of errors that refuse a request before it runs. Each is attached where the error
     is raised: the parser, the validation step and each limit rule, the coercion of variables."""
@@ -118,6 +130,8 @@ def format_error(error: GraphQLError) -> dict[str, Any]:
     if domain is not None:
         if not ours:  # our own messages are safe to show as GraphQL wrapped them; a driver's may hold SQL
             formatted["message"] = domain.message
+            if isinstance(domain, Timeout):
+                _log_cancelled(original)
         formatted["extensions"] = domain.extensions()
         return formatted
     if attached_code(error) is not None:

@@ -23,7 +23,7 @@ import asyncpg
 
 from ...db import erasure as db_erasure
 from ...db import subject_locks
-from ...db.pool import waiting_without_limit
+from ...db.pool import without_statement_timeout
 from ..limits import check_subject_id
 from ..serving.auth import Caller, Scope
 
@@ -82,9 +82,8 @@ async def forget_subject(pool: asyncpg.Pool, caller: Caller, subject_id: str) ->
     # A large subject's deletes may outlast a request's statement timeout; an erasure cut half way
     # would be rolled back and have to start over, so it runs to the end (no timeout on the server,
     # nor here).
-    async with pool.acquire() as conn, waiting_without_limit(conn):
+    async with pool.acquire() as conn, without_statement_timeout(conn):
         async with conn.transaction():
-            await db_erasure.lift_statement_timeout(conn)
             await subject_locks.own(conn, project_id, subject_id)
             counts = await db_erasure.delete_subject(conn, project_id, subject_id)
             erasure_id = await db_erasure.insert_erasure(

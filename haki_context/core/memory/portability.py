@@ -45,7 +45,7 @@ from ...db import events as db_events
 from ...db import portability as db_portability
 from ...db import scope_indexes as db_scope_indexes
 from ...db import subject_locks
-from ...db.pool import waiting_without_limit
+from ...db.pool import without_statement_timeout
 from ...db.scope_indexes import ScopeRows
 from ..errors import InvalidInput
 from ..limits import (
@@ -99,7 +99,7 @@ async def export_lines(
     caller.require(Scope.READ)
     check_subject_id(subject_id)
     project_id = caller.project_id
-    async with reads.connection() as conn, waiting_without_limit(conn):  # no statement timeout in the snapshot
+    async with reads.connection() as conn, without_statement_timeout(conn):  # the snapshot runs to its end
         tx = await db_portability.begin_snapshot(conn, idle_timeout_s)
         try:
             header = {"format": FORMAT, "version": VERSION, "subjectId": subject_id, "exportedAt": datetime.now(UTC)}
@@ -189,8 +189,7 @@ async def import_lines(
     project_id = caller.project_id
     loader = _Loader(rt, project_id, target)
     # No statement timeout below, on the server nor here: a large file's batches may outlast it.
-    async with rt.pool.acquire() as conn, waiting_without_limit(conn), conn.transaction():
-        await db_portability.lift_statement_timeout(conn)
+    async with rt.pool.acquire() as conn, without_statement_timeout(conn), conn.transaction():
         await subject_locks.own(conn, project_id, target)
         if await db_portability.holds_memory(conn, project_id, target):
             raise InvalidInput(

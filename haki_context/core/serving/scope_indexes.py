@@ -26,7 +26,7 @@ import asyncpg
 
 from ...db import scope_indexes as db_scope_indexes
 from ...db import scope_lexemes as db_scope_lexemes
-from ...db.pool import waiting_without_limit
+from ...db.pool import without_statement_timeout
 from ...db.scope_indexes import Scope, ScopeRows
 from ...settings import Settings
 from ..progress import Progress
@@ -52,7 +52,7 @@ async def build_pending(
     (several servers share one database: one of them builds). Reports the rows indexed so far
     out of those to index (core/progress.py) when there is anything to build.
     """
-    async with pool.acquire() as conn, waiting_without_limit(conn):  # a build outlives any statement timeout
+    async with pool.acquire() as conn, without_statement_timeout(conn):  # a build outlives any request's
         if not await db_scope_indexes.try_lock(conn):
             return None
         try:
