@@ -23,11 +23,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import random
-import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,14 +33,13 @@ from typing import Any
 import asyncpg
 import httpx
 
-from haki_context.db import embedded, migrate
 from haki_context.settings import Settings
 
 from . import latency_texts
-from .index_wake import BATCH, _post, _served
+from .in_process import RESULTS, figures, post, run_and_write, scratch_database, served
+from .index_wake import BATCH
 from .latency_server import AGENT_QUERY
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SCOPE_INDEX_ROWS = Settings().scope_index_rows
 DATABASE = "haki_bench_frequent_words"
 VOCABULARY = [
@@ -70,7 +66,7 @@ async def _load(http: httpx.AsyncClient, subject: str, texts: list[str]) -> None
             {"subjectId": subject, "kind": "conversation.message", "payload": {"speaker": "Ann", "text": t}}
             for t in texts[start : start + BATCH]
         ]
-        await _post(http, mutation, {"i": inputs})
+        await post(http, mutation, {"i": inputs})
 
 
 async def _assert(http: httpx.AsyncClient, subject: str, facts: list[tuple[str, Any]], concurrency: int = 8) -> None:
@@ -80,7 +76,7 @@ async def _assert(http: httpx.AsyncClient, subject: str, facts: list[tuple[str, 
     async def one(k: int) -> None:
         for predicate, value in facts[k::concurrency]:
             fact = {"subjectId": subject, "predicate": predicate, "value": value, "mode": "ADD"}
-            await _post(http, mutation, {"i": fact})
+            await post(http, mutation, {"i": fact})
 
     await asyncio.gather(*(one(k) for k in range(concurrency)))
 
@@ -101,24 +97,7 @@ async def _indexed(conn: asyncpg.Connection, subjects: list[str], tables: list[s
         await asyncio.sleep(0.2)
 
 
-def _figures(ms: list[float]) -> dict[str, Any]:
-    ordered = sorted(ms)
-    return {
-        "calls": len(ms),
-        "p50_ms": round(statistics.median(ordered), 2),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
-    }
-
-
 async def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
-    admin = await asyncpg.connect(dsn)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-        await admin.execute(f"CREATE DATABASE {DATABASE}")
-    finally:
-        await admin.close()
-    bench = dsn.replace("/postgres?", f"/{DATABASE}?")
-    await migrate.apply(bench)
     rng = random.Random(5)
     realistic = [str(e.payload.get("text", "")) for e in itertools.islice(latency_texts.events(), args.events)]
     frequent = [_frequent_text(rng) for _ in range(args.events)]
@@ -126,42 +105,35 @@ async def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     frequent_facts: list[tuple[str, Any]] = [
         ("_".join(rng.sample(VOCABULARY, 2)), _frequent_text(rng)) for _ in range(args.facts)
     ]
-    try:
-        async with _served(bench, woken=True) as (http, _):
-            await _load(http, "realistic", realistic)
-            await _load(http, "frequent", frequent)
-            await _assert(http, "realistic", realistic_facts)
-            await _assert(http, "frequent", frequent_facts)
-            # The tables where the subjects reach the index size (a smoke run's reach none).
-            tables = [t for t, n in (("episode_chunks", args.events), ("facts", args.facts)) if n >= SCOPE_INDEX_ROWS]
-            conn = await asyncpg.connect(bench)
-            try:
-                await _indexed(conn, ["realistic", "frequent"], tables, within_s=120)
-                await conn.execute("VACUUM (ANALYZE) events, episode_chunks, facts")
-            finally:
-                await conn.close()
-            questions = latency_texts.questions()
-            timed: dict[str, list[float]] = {"realistic": [], "frequent": []}
-            for i in range(args.warmup + args.calls):
-                for subject, q in (("realistic", next(questions)), ("frequent", _frequent_question(rng))):
-                    t = time.perf_counter()
-                    await _post(http, AGENT_QUERY, {"s": subject, "q": q, "b": 900})
-                    if i >= args.warmup:
-                        timed[subject].append((time.perf_counter() - t) * 1000)
-    finally:
-        admin = await asyncpg.connect(dsn)
+    async with scratch_database(dsn, DATABASE) as bench, served(bench) as (http, _):
+        await _load(http, "realistic", realistic)
+        await _load(http, "frequent", frequent)
+        await _assert(http, "realistic", realistic_facts)
+        await _assert(http, "frequent", frequent_facts)
+        # The tables where the subjects reach the index size (a smoke run's reach none).
+        tables = [t for t, n in (("episode_chunks", args.events), ("facts", args.facts)) if n >= SCOPE_INDEX_ROWS]
+        conn = await asyncpg.connect(bench)
         try:
-            await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+            await _indexed(conn, ["realistic", "frequent"], tables, within_s=120)
+            await conn.execute("VACUUM (ANALYZE) events, episode_chunks, facts")
         finally:
-            await admin.close()
-    figures = {subject: _figures(ms) for subject, ms in timed.items()}
+            await conn.close()
+        questions = latency_texts.questions()
+        timed: dict[str, list[float]] = {"realistic": [], "frequent": []}
+        for i in range(args.warmup + args.calls):
+            for subject, q in (("realistic", next(questions)), ("frequent", _frequent_question(rng))):
+                t = time.perf_counter()
+                await post(http, AGENT_QUERY, {"s": subject, "q": q, "b": 900})
+                if i >= args.warmup:
+                    timed[subject].append((time.perf_counter() - t) * 1000)
+    by_subject = {subject: figures(ms) for subject, ms in timed.items()}
     return {
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m benchmarks.frequent_words " + " ".join(sys.argv[1:]),
         "events": args.events,
         "facts": args.facts,
-        "figures": figures,
-        "ratio_p50": round(figures["frequent"]["p50_ms"] / figures["realistic"]["p50_ms"], 2),
+        "figures": by_subject,
+        "ratio_p50": round(by_subject["frequent"]["p50_ms"] / by_subject["realistic"]["p50_ms"], 2),
     }
 
 
@@ -192,22 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--database-url", help="a PostgreSQL (its `postgres` database) instead of a fresh embedded one")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="haki-frequent-words-") as tmp:
-        server = None if args.database_url else embedded.start(Path(tmp))
-        try:
-            dsn = args.database_url or server.uri  # type: ignore[union-attr]
-            result = asyncio.run(run(dsn, args))
-        finally:
-            if server is not None:
-                server.close()
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"frequent-words-{datetime.now(UTC).date().isoformat()}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_markdown(result))
-    print(_markdown(result))
-    print(f"wrote {stem}.json and .md")
-    return 0
+    return run_and_write(parser.parse_args(argv), run, name="frequent-words", markdown=_markdown)
 
 
 if __name__ == "__main__":

@@ -23,30 +23,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import statistics
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 
-from haki_context.app import create_app
-from haki_context.core.serving.runtime import Runtime
 from haki_context.core.serving.scope_indexes import ScopeGrowth
-from haki_context.db import embedded, migrate
 from haki_context.db.scope_indexes import ScopeRows
-from haki_context.settings import EmbedProvider, Settings
+from haki_context.settings import Settings
 
+from .in_process import RESULTS, figures, post, run_and_write, scratch_database, served
 from .latency_server import AGENT_QUERY
 
-RESULTS = Path(__file__).resolve().parent / "results"
 DATABASE = "haki_bench_index_wake"
 BATCH = 1000
 WORDS = [
@@ -72,26 +65,6 @@ class _Unwoken(ScopeGrowth):
         return None
 
 
-@contextlib.asynccontextmanager
-async def _served(dsn: str, *, woken: bool) -> AsyncIterator[tuple[httpx.AsyncClient, Runtime]]:
-    settings = Settings(database_url=dsn, dev_mode=True, embed_provider=EmbedProvider.HASHING)
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        rt: Runtime = app.state.runtime
-        if not woken:
-            object.__setattr__(rt, "scope_growth", _Unwoken())  # before any write: the loop waits on it
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://b", timeout=60) as http:
-            yield http, rt
-
-
-async def _post(http: httpx.AsyncClient, query: str, variables: dict[str, Any]) -> dict[str, Any]:
-    body = (await http.post("/graphql", json={"query": query, "variables": variables})).json()
-    if body.get("errors"):
-        raise RuntimeError(body["errors"])
-    data: dict[str, Any] = body["data"]
-    return data
-
-
 async def _ready(conn: asyncpg.Connection, subject: str) -> bool:
     return bool(
         await conn.fetchval(
@@ -101,21 +74,10 @@ async def _ready(conn: asyncpg.Connection, subject: str) -> bool:
     )
 
 
-def _figures(ms: list[float]) -> dict[str, Any]:
-    if not ms:
-        return {"calls": 0}
-    ordered = sorted(ms)
-    return {
-        "calls": len(ms),
-        "p50_ms": round(statistics.median(ordered), 2),
-        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 2),
-    }
-
-
 async def run_one(dsn: str, *, woken: bool, events: int, seconds: float, after: float) -> dict[str, Any]:
     subject = f"loaded-{'woken' if woken else 'interval'}"
     mutation = "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }"
-    async with _served(dsn, woken=woken) as (http, rt):
+    async with served(dsn, scope_growth=None if woken else _Unwoken()) as (http, rt):
         await asyncio.sleep(1.0)  # the pass at start-up (nothing to build yet) is over
         load_started = time.monotonic()
         for start in range(0, events, BATCH):
@@ -130,7 +92,7 @@ async def run_one(dsn: str, *, woken: bool, events: int, seconds: float, after: 
                 }
                 for i in range(start, min(events, start + BATCH))
             ]
-            await _post(http, mutation, {"i": inputs})
+            await post(http, mutation, {"i": inputs})
         loaded = time.monotonic()
         conn = await asyncpg.connect(dsn)
         before: list[float] = []
@@ -145,7 +107,7 @@ async def run_one(dsn: str, *, woken: bool, events: int, seconds: float, after: 
                     break
                 variables = {"s": subject, "q": f"what about the {WORDS[i % 12]} on day {i}?", "b": 900}
                 t = time.perf_counter()
-                await _post(http, AGENT_QUERY, variables)
+                await post(http, AGENT_QUERY, variables)
                 (before if ready_s is None else after_ms).append((time.perf_counter() - t) * 1000)
                 i += 1
             # The same calls once the load has settled: the tables vacuumed (visibility map set,
@@ -157,7 +119,7 @@ async def run_one(dsn: str, *, woken: bool, events: int, seconds: float, after: 
                 while time.monotonic() - started < after:
                     variables = {"s": subject, "q": f"what about the {WORDS[i % 12]} on day {i}?", "b": 900}
                     t = time.perf_counter()
-                    await _post(http, AGENT_QUERY, variables)
+                    await post(http, AGENT_QUERY, variables)
                     settled.append((time.perf_counter() - t) * 1000)
                     i += 1
         finally:
@@ -167,9 +129,9 @@ async def run_one(dsn: str, *, woken: bool, events: int, seconds: float, after: 
         "variant": "woken" if woken else "interval only",
         "load_s": round(loaded - load_started, 2),
         "ready_after_load_s": None if ready_s is None else round(ready_s, 2),
-        "exact_scan": _figures(before),
-        "own_index": _figures(after_ms),
-        "settled": _figures(settled),
+        "exact_scan": figures(before),
+        "own_index": figures(after_ms),
+        "settled": figures(settled),
     }
 
 
@@ -196,25 +158,11 @@ def _markdown(result: dict[str, Any]) -> str:
 
 
 async def run(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
-    admin = await asyncpg.connect(dsn)
-    try:
-        await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
-        await admin.execute(f"CREATE DATABASE {DATABASE}")
-    finally:
-        await admin.close()
-    bench = dsn.replace("/postgres?", f"/{DATABASE}?")
-    await migrate.apply(bench)
     runs = []
-    try:
+    async with scratch_database(dsn, DATABASE) as bench:
         for woken in (True, False):
             runs.append(await run_one(bench, woken=woken, events=args.events, seconds=args.seconds, after=args.after))
             print(json.dumps(runs[-1]), flush=True)
-    finally:
-        admin = await asyncpg.connect(dsn)
-        try:
-            await admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        finally:
-            await admin.close()
     return {
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m benchmarks.index_wake " + " ".join(sys.argv[1:]),
@@ -230,22 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=float, default=10.0, help="seconds timed once the index is ready")
     parser.add_argument("--database-url", help="a PostgreSQL (its `postgres` database) instead of a fresh embedded one")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="haki-index-wake-") as tmp:
-        server = None if args.database_url else embedded.start(Path(tmp))
-        try:
-            dsn = args.database_url or server.uri  # type: ignore[union-attr]
-            result = asyncio.run(run(dsn, args))
-        finally:
-            if server is not None:
-                server.close()
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"index-wake-{datetime.now(UTC).date().isoformat()}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(_markdown(result))
-    print(_markdown(result))
-    print(f"wrote {stem}.json and .md")
-    return 0
+    return run_and_write(parser.parse_args(argv), run, name="index-wake", markdown=_markdown)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import traceback
 import warnings
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import asyncpg
 
@@ -47,6 +47,9 @@ from .startup_errors import (
     database_target,
     error_line,
 )
+
+if TYPE_CHECKING:
+    from .db.scope_indexes import Scope as IndexedScope
 
 log = logging.getLogger("haki_context")
 
@@ -422,7 +425,6 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
     from .core.embedding.space import check_embedding_space
     from .core.memory.portability import import_lines
     from .core.serving.runtime import Runtime, open_pool
-    from .core.serving.scope_indexes import build_pending
 
     if settings.embed_provider is not EmbedProvider.HASHING:
         _check_model_cache(settings, writable=False)
@@ -444,14 +446,7 @@ async def _import(settings: Settings, args: argparse.Namespace) -> int:
             )
             # The import took the subject to an indexed size: its indexes now, not at a server's next pass.
             if settings.scope_index_interval_s > 0 and await rt.scope_growth.crossed_within(0):
-                built = await build_pending(
-                    pool,
-                    settings.scope_index_rows,
-                    ivf_rows=settings.ivf_index_rows,
-                    build_memory=settings.scope_index_build_memory,
-                    lexeme_rows=settings.full_text_lexeme_rows,
-                )
-                for scope in built or ():
+                for scope in await _build_scope_indexes(pool, settings) or ():
                     print(
                         f"built the {scope.table} indexes of {scope.project_id}/{scope.subject_id} ({scope.rows} rows)"
                     )
@@ -528,21 +523,28 @@ async def _reembed(settings: Settings) -> int:
     return 0
 
 
+async def _build_scope_indexes(pool: asyncpg.Pool, settings: Settings) -> list[IndexedScope] | None:
+    """The indexes of every scope that lacks them, with the server's settings (None: another
+    process is building)."""
+    from .core.serving.scope_indexes import build_pending
+
+    return await build_pending(
+        pool,
+        settings.scope_index_rows,
+        ivf_rows=settings.ivf_index_rows,
+        build_memory=settings.scope_index_build_memory,
+        lexeme_rows=settings.full_text_lexeme_rows,
+    )
+
+
 async def _index_scopes(settings: Settings) -> int:
     from .core.serving.runtime import open_pool
-    from .core.serving.scope_indexes import build_pending
 
     async with database(settings) as dsn:
         await migrate.apply(dsn)
         pool = await open_pool(dsn, settings, min_size=1, max_size=1)
         try:
-            built = await build_pending(
-                pool,
-                settings.scope_index_rows,
-                ivf_rows=settings.ivf_index_rows,
-                build_memory=settings.scope_index_build_memory,
-                lexeme_rows=settings.full_text_lexeme_rows,
-            )
+            built = await _build_scope_indexes(pool, settings)
         finally:
             await pool.close()
     if built is None:
