@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
@@ -58,33 +59,37 @@ def _find(exc: BaseException | None) -> tuple[HakiError | None, bool]:
     connections and transactions rolled back by a concurrent one (nothing of them written)
     to UNAVAILABLE, to be retried; their text (which may hold SQL) is not ours.
     """
-    for _ in range(8):
-        if exc is None:
-            break
-        if isinstance(exc, HakiError):
-            return exc, True
-        if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
+    for cause in _chain(exc):
+        if isinstance(cause, HakiError):
+            return cause, True
+        if isinstance(cause, asyncpg.exceptions.QueryCanceledError):
             return Timeout("the statement took longer than HAKI_STATEMENT_TIMEOUT_MS"), False
-        if isinstance(exc, _ROLLED_BACK):
+        if isinstance(cause, _ROLLED_BACK):
             return Unavailable("a concurrent write of the same rows rolled this one back whole; retry it"), False
-        if isinstance(exc, _SHUTDOWN_ERRORS) or (
-            isinstance(exc, _CONNECTION_ERRORS) and not isinstance(exc, asyncpg.PostgresError)
+        if isinstance(cause, _SHUTDOWN_ERRORS) or (
+            isinstance(cause, _CONNECTION_ERRORS) and not isinstance(cause, asyncpg.PostgresError)
         ):
             return Unavailable("the database is unavailable; retry shortly"), False
-        exc = getattr(exc, "original_error", None) or exc.__cause__ or exc.__context__
     return None, False
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and what it wraps: `original_error` first (GraphQL wraps resolver and coercion
+    errors), then `__cause__` / `__context__`; eight links at most."""
+    for _ in range(8):
+        if exc is None:
+            return
+        yield exc
+        exc = getattr(exc, "original_error", None) or exc.__cause__ or exc.__context__
 
 
 def _log_cancelled(exc: BaseException | None) -> None:
     """Say in the log why the database cancelled a statement (its statement timeout, or a cancel
     request): the response says TIMEOUT only."""
-    for _ in range(8):
-        if exc is None:
+    for cause in _chain(exc):
+        if isinstance(cause, asyncpg.exceptions.QueryCanceledError):
+            log.warning("TIMEOUT: %s", cause.args[0] if cause.args else cause)
             return
-        if isinstance(exc, asyncpg.exceptions.QueryCanceledError):
-            log.warning("TIMEOUT: %s", exc.args[0] if exc.args else exc)
-            return
-        exc = getattr(exc, "original_error", None) or exc.__cause__ or exc.__context__
 
 
 class RequestErrorCode(str, Enum):
