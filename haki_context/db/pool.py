@@ -61,6 +61,19 @@ class ServerConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg shi
                     await sending
                 raise
 
+    async def _get_statement(self, *args: Any, **kwargs: Any) -> Any:
+        # asyncpg prepares a statement with Parse/Describe/Flush and sends its Sync only with its
+        # execution. Cancelled in between (while the statement's types are looked up, or as the
+        # prepare's answer arrives), the server keeps the statement's implicit transaction open and
+        # its statement timeout armed: the timeout then fires on the idle connection and answers
+        # its next statement, whoever's it is (asyncpg 0.32 sends the Sync only when cancelled
+        # while it waits for the prepare's answer). The connection is dropped instead.
+        try:
+            return await super()._get_statement(*args, **kwargs)
+        except asyncio.CancelledError:
+            self.terminate()
+            raise
+
     async def fetch(self, *args: Any, **kwargs: Any) -> Any:
         with self._dropped_when_silent():
             return await super().fetch(*args, **kwargs)
