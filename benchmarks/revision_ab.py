@@ -19,6 +19,10 @@ Prints p50 / p95 of each side and the median per-pair difference, and writes
 them to benchmarks/results/revision-ab-<date>.json (`--label` adds a suffix,
 `--out FILE` writes elsewhere). 200 pairs at N = 10,000 take about 2 minutes on
 2 cores, after the two servers' start (~10 s each).
+
+`--clients N` (N > 1) compares throughput instead: N clients at once send
+`--pairs` calls to one server, then to the other, for `--bursts` bursts, the
+order alternating; it prints each burst's calls/s and the median p50 / p99.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ import json
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,21 +71,31 @@ def worktree(revision: str) -> Iterator[Path]:
             )
 
 
-async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, budget: int) -> dict[str, Any]:
-    """Interleaved calls to both servers; per side p50 / p95 ms, and the per-pair difference."""
-    query = AGENT_QUERY if selection == "agent" else DEBUG_QUERY
+@contextlib.asynccontextmanager
+async def two_servers(dsn: str, baseline_root: Path) -> AsyncIterator[dict[str, Server]]:
+    """The baseline's server and this checkout's, both started on `dsn`, stopped on exit."""
     cfg = Config(ns=[], overrides={"scope_index_interval_s": "0"})
-    questions = list(itertools.islice(latency_texts.questions(seed=4242), WARMUP + pairs))
     with tempfile.TemporaryDirectory(prefix="haki-ab-logs-") as logs:
         servers = {
             "baseline": Server(dsn, cfg, Path(logs), root=baseline_root),
             "current": Server(dsn, cfg, Path(logs)),
         }
-        clients: dict[str, LeanClient] = {}
         try:
-            for name, server in servers.items():
+            for server in servers.values():
                 await server.start()
-                clients[name] = LeanClient(server.url)
+            yield servers
+        finally:
+            for server in servers.values():
+                await server.stop()
+
+
+async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, budget: int) -> dict[str, Any]:
+    """Interleaved calls to both servers; per side p50 / p95 ms, and the per-pair difference."""
+    query = AGENT_QUERY if selection == "agent" else DEBUG_QUERY
+    questions = list(itertools.islice(latency_texts.questions(seed=4242), WARMUP + pairs))
+    async with two_servers(dsn, baseline_root) as servers:
+        clients = {name: LeanClient(server.url) for name, server in servers.items()}
+        try:
             times: dict[str, list[float]] = {name: [] for name in servers}
             for i, q in enumerate(questions):
                 for name in ("baseline", "current") if i % 2 else ("current", "baseline"):
@@ -90,8 +105,6 @@ async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, bud
         finally:
             for client in clients.values():
                 await client.aclose()
-            for server in servers.values():
-                await server.stop()
     diff = np.array(times["current"]) - np.array(times["baseline"])
     return {
         "pairs": pairs,
@@ -105,6 +118,82 @@ async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, bud
     }
 
 
+async def _burst(url: str, questions: list[str], clients: int, query: str, budget: int) -> tuple[float, list[float]]:
+    """`clients` clients at once send `questions` to one server: calls/s and each call's ms."""
+    lean = [LeanClient(url) for _ in range(clients)]
+    pending, times = list(questions), []
+
+    async def client(c: LeanClient) -> None:
+        while pending:
+            ms, _ = await graphql(c, query, {"s": SUBJECT, "q": pending.pop(), "b": budget})
+            times.append(ms)
+
+    try:
+        # One warm-up call per client opens its connection.
+        await asyncio.gather(
+            *(graphql(c, query, {"s": SUBJECT, "q": f"warm up {i}", "b": budget}) for i, c in enumerate(lean))
+        )
+        started = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in lean))
+        return len(questions) / (time.perf_counter() - started), times
+    finally:
+        for c in lean:
+            await c.aclose()
+
+
+async def compare_throughput(
+    dsn: str, baseline_root: Path, *, calls: int, bursts: int, clients: int, selection: str, budget: int
+) -> dict[str, Any]:
+    """Alternating bursts of `calls` calls from `clients` clients; per side calls/s and p50 / p99 ms."""
+    query = AGENT_QUERY if selection == "agent" else DEBUG_QUERY
+    questions = latency_texts.questions(seed=4343)
+    rates: dict[str, list[float]] = {"baseline": [], "current": []}
+    p50: dict[str, list[float]] = {"baseline": [], "current": []}
+    p99: dict[str, list[float]] = {"baseline": [], "current": []}
+    async with two_servers(dsn, baseline_root) as servers:
+        for b in range(bursts):
+            for name in ("current", "baseline") if b % 2 else ("baseline", "current"):
+                rate, times = await _burst(
+                    servers[name].url, list(itertools.islice(questions, calls)), clients, query, budget
+                )
+                rates[name].append(rate)
+                p50[name].append(float(np.percentile(times, 50)))
+                p99[name].append(float(np.percentile(times, 99)))
+    return {
+        "clients": clients,
+        "calls_per_burst": calls,
+        "selection": selection,
+        "budget": budget,
+        **{
+            f"{name}_calls_per_s": {
+                "bursts": [round(r, 1) for r in rates[name]],
+                "median": float(np.median(rates[name])),
+                "p50_ms": float(np.median(p50[name])),
+                "p99_ms": float(np.median(p99[name])),
+            }
+            for name in rates
+        },
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    if "clients" in result:
+        for name in ("baseline", "current"):
+            f = result[f"{name}_calls_per_s"]
+            print(
+                f"{name:>8}: {f['median']:.1f} calls/s (bursts {f['bursts']}), p50 {f['p50_ms']:.1f} ms, "
+                f"p99 {f['p99_ms']:.1f} ms, {result['clients']} clients"
+            )
+        return
+    for name in ("baseline", "current"):
+        figures = result[f"{name}_ms"]
+        print(f"{name:>8}: p50 {figures['p50']:.2f} ms, p95 {figures['p95']:.2f} ms")
+    d = result["current_minus_baseline_ms"]
+    print(
+        f"current - baseline, per pair: median {d['median']:+.2f} ms, mean {d['mean']:+.2f} ms ({result['pairs']} pairs)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.revision_ab",
@@ -116,18 +205,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=200)
     p.add_argument("--selection", choices=["agent", "debug"], default="agent")
     p.add_argument("--budget", type=int, default=900)
+    p.add_argument("--clients", type=int, default=1, help="above 1: compare calls/s with this many clients at once")
+    p.add_argument("--bursts", type=int, default=4, help="with --clients: bursts of --pairs calls on each side")
     p.add_argument("--label", default="", help="suffix of the result file's name (default: none)")
     p.add_argument("--out", type=Path, help="write the figures to this JSON file instead of benchmarks/results/")
     args = p.parse_args(argv)
     with worktree(args.baseline) as root:
-        result = asyncio.run(compare(args.database_url, root, args.pairs, args.selection, args.budget))
+        if args.clients > 1:
+            result = asyncio.run(
+                compare_throughput(
+                    args.database_url,
+                    root,
+                    calls=args.pairs,
+                    bursts=args.bursts,
+                    clients=args.clients,
+                    selection=args.selection,
+                    budget=args.budget,
+                )
+            )
+        else:
+            result = asyncio.run(compare(args.database_url, root, args.pairs, args.selection, args.budget))
     result["baseline"] = args.baseline
     result["database"] = args.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
-    for name in ("baseline", "current"):
-        figures = result[f"{name}_ms"]
-        print(f"{name:>8}: p50 {figures['p50']:.2f} ms, p95 {figures['p95']:.2f} ms")
-    d = result["current_minus_baseline_ms"]
-    print(f"current - baseline, per pair: median {d['median']:+.2f} ms, mean {d['mean']:+.2f} ms ({args.pairs} pairs)")
+    _print(result)
     stem = f"revision-ab-{datetime.now(UTC).date().isoformat()}" + (f"-{args.label}" if args.label else "")
     out = args.out or DEFAULT_OUT / f"{stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

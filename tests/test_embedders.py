@@ -249,6 +249,19 @@ def test_unknown_provider_is_refused() -> None:
         build_encoder("word2vec", model_cache=Path("unused"))
 
 
+async def test_a_query_encoded_on_the_loop_thread_equals_one_encoded_on_the_worker(
+    onnx_encoder: OnnxMiniLMEncoder,
+) -> None:
+    embedder = Embedder(onnx_encoder, cache_size=0)
+    try:
+        on_worker = await embedder.embed_query("when did Caroline go to the support group?")
+        on_loop = await embedder.embed_query("when did Caroline go to the support group?", inline=True)
+        assert np.array_equal(on_worker, on_loop)
+        assert embedder.cache_misses == 2
+    finally:
+        embedder.close()
+
+
 def test_minilm_and_the_onnx_graphs_share_one_space(onnx_encoder: OnnxMiniLMEncoder) -> None:
     assert MiniLMEncoder.space == onnx_encoder.space == OnnxMiniLMEncoder.space != HashingEncoder.space
 

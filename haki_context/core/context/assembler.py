@@ -217,7 +217,10 @@ async def understand(
     called_at = datetime.now(UTC)
     now = called_at if as_of is None else await check_as_of(rt, project_id, as_of)
     with clock.embedding():
-        vector = await rt.embedder.embed_query(query)
+        # A call alone in the process encodes on the loop's thread: the hop to the worker thread
+        # costs more than it saves when no other call waits for the loop.
+        alone = rt.admission.in_use <= 1 and not rt.admission.waiting
+        vector = await rt.embedder.embed_query(query, inline=alone)
     own_index_tables = rt.own_indexes.tables(project_id, subject_id)
     return Call(
         project_id=project_id,

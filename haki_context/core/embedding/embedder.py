@@ -316,16 +316,24 @@ class Embedder:
         init = getattr(encoder, "set_thread_count", None)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder", initializer=init)
 
-    async def embed_query(self, text: str) -> np.ndarray:
-        """One query vector; identical texts come from the cache."""
+    async def embed_query(self, text: str, *, inline: bool = False) -> np.ndarray:
+        """One query vector; identical texts come from the cache.
+
+        `inline`: encode on the calling thread, blocking the event loop for the encode. The hop
+        to the worker thread costs more than the encode's time off the loop saves when nothing
+        else waits for the loop (docs/performance.md)."""
         cached = self._cache.get(text)
         if cached is not None:
             self._cache.move_to_end(text)
             self.cache_hits += 1
             return cached
         self.cache_misses += 1
-        loop = asyncio.get_running_loop()
-        vectors: np.ndarray = await loop.run_in_executor(self._executor, self.encoder.encode, [text])
+        vectors: np.ndarray
+        if inline:
+            vectors = self.encoder.encode([text])
+        else:
+            loop = asyncio.get_running_loop()
+            vectors = await loop.run_in_executor(self._executor, self.encoder.encode, [text])
         vector: np.ndarray = vectors[0]
         self._cache[text] = vector
         if len(self._cache) > self._cache_size:
