@@ -141,10 +141,16 @@ query($s: String!, $q: String!, $b: Int) {
     usedTokens
     facts { sourceEventIds }
     episodes { eventId chunk tokens }
-    trace { timings { totalMs } }
+    trace {
+      timings { totalMs }
+      decisions { itemKind itemId chunk overallRank fact { sourceEventIds } }
+    }
   }
 }
 """
+# Session-level recall at these k (LongMemEval's unit): the sessions in the order the call ranked
+# its candidates (`overallRank`), each candidate counting for the sessions of its turns.
+SESSION_KS = (5, 10)
 RECORD_MUTATION = "mutation($i: [EventInput!]!) { recordEvents(inputs: $i) { id } }"
 ASSERT_MUTATION = "mutation($i: FactInput!) { assertFact(input: $i) { outcome } }"
 
@@ -347,10 +353,33 @@ class Answer:
     tokens: int
     client_ms: float
     trace_ms: float
+    sessions: list[int] = field(default_factory=list)  # distinct sessions, in the call's ranking
+    evidence_sessions: frozenset[int] = frozenset()  # the sessions of the question's evidence turns
 
     @property
     def k(self) -> int:
         return len(self.server)
+
+
+def ranked_sessions(packet: dict[str, Any], ingested: Ingested, session_of: dict[str, int]) -> list[int]:
+    """The sessions of the call's ranked candidates (every fact and episode with an overall
+    rank, served or not), in rank order, each once: an episode for its turn's session, a fact
+    for the sessions of its source turns."""
+    ranked = sorted(
+        (d for d in packet["trace"]["decisions"] if d["overallRank"] is not None), key=lambda d: d["overallRank"]
+    )
+    out: dict[int, None] = {}
+    for d in ranked:
+        if d["itemKind"] == "EPISODE":
+            turns = ingested.chunk_turns.get(str(d["itemId"]), ())
+            dia_ids: tuple[str, ...] = (turns[d["chunk"]],) if 0 <= (d["chunk"] or 0) < len(turns) else ()
+        else:
+            sources = (d.get("fact") or {}).get("sourceEventIds") or []
+            dia_ids = tuple(t for event_id in sources for t in ingested.chunk_turns.get(str(event_id), ()))
+        for dia_id in dia_ids:
+            if dia_id in session_of:
+                out[session_of[dia_id]] = None
+    return list(out)
 
 
 def served_turns(packet: dict[str, Any], ingested: Ingested) -> tuple[list[str], dict[str, list[str]], list[str]]:
@@ -386,6 +415,7 @@ async def ask(
     vectors: dict[str, np.ndarray],
 ) -> list[Answer]:
     ids = [t.dia_id for t in conv.turns]
+    session_of = {t.dia_id: t.session for t in conv.turns}
     answers = []
     for q in conv.questions:
         started = time.perf_counter()
@@ -411,6 +441,8 @@ async def ask(
                 tokens=int(packet["usedTokens"]),
                 client_ms=client_ms,
                 trace_ms=float(packet["trace"]["timings"]["totalMs"]),
+                sessions=ranked_sessions(packet, ingested, session_of),
+                evidence_sessions=frozenset(session_of[d] for d in q.evidence),
             )
         )
     return answers
@@ -440,6 +472,7 @@ def summarize(answers: list[Answer]) -> dict[str, Any]:
             "recall": round(sum(found) / evidence_total, 4) if evidence_total else None,
             "hit": round(sum(f > 0 for f in found) / n, 4) if n else None,
         }
+    out["sessions"] = session_recall(answers)
     out["facts_mean"] = round(sum(a.facts for a in answers) / n, 2) if n else None
     out["episodes_mean"] = round(sum(a.episodes for a in answers) / n, 2) if n else None
     out["tokens_mean"] = round(sum(a.tokens for a in answers) / n, 1) if n else None
@@ -452,6 +485,23 @@ def summarize(answers: list[Answer]) -> dict[str, Any]:
         "trace_p50": _pct(trace, 50),
         "trace_p95": _pct(trace, 95),
     }
+    return out
+
+
+def session_recall(answers: list[Answer]) -> dict[str, float | None]:
+    """Session-level recall at each of SESSION_KS, as LongMemEval computes it: `all@k`, the share
+    of questions whose every evidence session is among the first k sessions of the ranking
+    (LongMemEval's printed R@k); `any@k`, those with at least one there."""
+    out: dict[str, float | None] = {}
+    for k in SESSION_KS:
+        hits_all = hits_any = 0
+        for a in answers:
+            wanted, top = a.evidence_sessions, set(a.sessions[:k])
+            hits_all += wanted <= top
+            hits_any += bool(wanted & top)
+        n = len(answers)
+        out[f"all@{k}"] = round(hits_all / n, 4) if n else None
+        out[f"any@{k}"] = round(hits_any / n, 4) if n else None
     return out
 
 
@@ -719,6 +769,21 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {_f(o['facts_mean'], 1)} | {_f(o['episodes_mean'], 1)} | {_f(o['tokens_mean'], 0)} "
                 f"| {_f(o['k_mean'], 1)} | {_f(lat['client_p50'], 1)} / {_f(lat['client_p95'], 1)} "
                 f"| {_f(lat['trace_p50'], 1)} / {_f(lat['trace_p95'], 1)} |"
+            )
+    lines += [
+        "",
+        "Session-level recall (LongMemEval's unit): the sessions of the call's ranked candidates in rank "
+        "order; all@k = every evidence session among the first k, any@k = at least one.",
+        "",
+        "| mode | budget | all@5 | any@5 | all@10 | any@10 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for mode, by_budget in report["results"].items():
+        for budget, res in by_budget.items():
+            ss = res["overall"].get("sessions") or {}
+            lines.append(
+                f"| {mode} | {budget} | {_f(ss.get('all@5'))} | {_f(ss.get('any@5'))} "
+                f"| {_f(ss.get('all@10'))} | {_f(ss.get('any@10'))} |"
             )
     lines += [
         "",

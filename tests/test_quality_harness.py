@@ -142,6 +142,12 @@ async def test_harness_runs_end_to_end_and_reports_every_figure(migrated: str, t
                         assert _share(g[path][figure]), (where, path, figure)
                         # a turn covered either way is covered
                         assert g[path][figure] <= g["server"][figure], (where, path, figure)
+                sessions = g["sessions"]
+                for k in quality.SESSION_KS:
+                    assert _share(sessions[f"all@{k}"]) and _share(sessions[f"any@{k}"]), (where, sessions)
+                    # every evidence session among the first k implies one of them is
+                    assert sessions[f"all@{k}"] <= sessions[f"any@{k}"], (where, sessions)
+                assert sessions["any@5"] <= sessions["any@10"] and sessions["all@5"] <= sessions["all@10"]
                 for figure in ("facts_mean", "episodes_mean", "tokens_mean", "k_mean"):
                     assert _number(g[figure]), (where, figure)
                 assert g["tokens_mean"] <= int(budget)
