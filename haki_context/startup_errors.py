@@ -76,6 +76,8 @@ def error_line(
         name == "EmbedderUnavailable"
     ):  # core.embedding.embedder's, matched by name: importing it loads the embedder's stack
         return PREFIX + f"the embedder cannot load: {_flat(str(exc))} ({EMBED_PROVIDER} or {MODEL_CACHE_DIR})"
+    if name == "TokenizerUnavailable":  # core.context.token_counts': the encoding's file is not OpenAI's
+        return PREFIX + f"{_flat(str(exc))} (HAKI_TOKENIZER)"
     if name == "EmbedderMismatch":
         return PREFIX + f"{_flat(str(exc))} ({EMBED_PROVIDER})"
     if name == "ReembedBlocked":  # core.space's: the command gave way to writes too long; it can run again

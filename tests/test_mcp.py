@@ -401,6 +401,18 @@ async def test_a_past_instant_serves_the_memory_as_it_stood_and_a_replay_says_wh
     await time_scenario(http_connect(live.url), *keys)
 
 
+async def test_get_context_counts_the_budget_in_the_tokenizer_it_names(live: LiveServer, keys: tuple[str, str]) -> None:
+    subject = f"subject-{uuid.uuid4().hex[:12]}"
+    async with http_connect(live.url)(keys[0]) as client:
+        await client.call_tool("assert_fact", {"subject": subject, "predicate": "invoice_language", "value": "French"})
+        question = {"subject": subject, "query": "Which language for invoices?", "budget": 300}
+        estimated = data(await client.call_tool("get_context", question))["context"]
+        counted = data(await client.call_tool("get_context", {**question, "tokenizer": "O200K_BASE"}))["context"]
+        assert counted["rendered"] == estimated["rendered"] and counted["usedTokens"] != estimated["usedTokens"]
+        refused = await client.call_tool("get_context", {**question, "tokenizer": "LLAMA"})
+        assert refused.is_error
+
+
 async def test_replay_and_get_context_need_a_key_allowed_to_read(live: LiveServer, runtime: Runtime) -> None:
     writer = await scoped_key(runtime, "write")
     async with http_connect(live.url)(writer) as client:

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from haki_context.core.context.entities import entities, names, query_words
-from haki_context.core.context.packing import episode_line, fact_line, pack_section, render, tokens
+from haki_context.core.context.packing import episode_line, fact_line, pack_section, render
 from haki_context.core.context.scoring import Weights, components, recency
+from haki_context.core.context.token_counts import estimate as tokens
 from haki_context.core.errors import BudgetExceeded, InvalidInput
 from haki_context.core.limits import (
     DEFAULT_BUDGET,

@@ -26,8 +26,8 @@ class Operation:
 GET_CONTEXT = Operation(
     "GetContext",
     """
-query GetContext($subject: String!, $query: String!, $budget: Int, $asOf: DateTime) {
-  context(subjectId: $subject, query: $query, budget: $budget, asOf: $asOf) {
+query GetContext($subject: String!, $query: String!, $budget: Int, $asOf: DateTime, $tokenizer: Tokenizer) {
+  context(subjectId: $subject, query: $query, budget: $budget, asOf: $asOf, tokenizer: $tokenizer) {
     traceId
     rendered
     budgetTokens

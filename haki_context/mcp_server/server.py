@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
@@ -133,6 +133,7 @@ class MemoryTools:
             ),
         ],
         ctx: Context[Any, Any],
+        *,
         budget: Annotated[
             int | None,
             Field(
@@ -150,6 +151,13 @@ class MemoryTools:
                 json_schema_extra=DATE_TIME,
             ),
         ] = None,
+        tokenizer: Annotated[
+            Literal["ESTIMATE", "CL100K_BASE", "O200K_BASE"] | None,
+            Field(
+                description="Count the budget in your model's tokens: CL100K_BASE for GPT-4 and GPT-3.5, "
+                "O200K_BASE for GPT-4o and later; ESTIMATE counts 4 characters a token. Default: the server's."
+            ),
+        ] = None,
     ) -> CallToolResult:
         """Recall what the memory holds about a subject that is relevant to a query. Call it before
         answering anything about the subject. Returns `rendered`, a text block ready to put in your
@@ -161,7 +169,7 @@ class MemoryTools:
         NO_RELEVANT_MEMORY (nothing about this query), or BUDGET_TOO_SMALL (ask again with a larger
         budget). With `as_of`, the
         packet as it would have been at that past instant (what an agent was given then)."""
-        variables = {"subject": subject, "query": query, "budget": budget, "asOf": as_of}
+        variables = {"subject": subject, "query": query, "budget": budget, "asOf": as_of, "tokenizer": tokenizer}
         return await self._run(GET_CONTEXT, variables, ctx)
 
     async def remember(

@@ -8,6 +8,7 @@ from ..core.context import assembler, served
 from ..core.history import traces
 from ..core.models import ItemKind, Page
 from ..core.packet import ContextPacket, ContextTrace, TraceDecision, TraceTimings
+from ..settings import Tokenizer
 from .context import PendingTrace, RequestContext
 
 
@@ -19,6 +20,7 @@ async def context(
     path: tuple[str | int, ...],
     *,
     as_of: datetime | None = None,
+    tokenizer: Tokenizer | None = None,
 ) -> ContextPacket:
     """The packet, returned while its trace is still being written: the response is held until
     the write has committed (schema.writes.AwaitTraceWrites), and serialized meanwhile.
@@ -28,7 +30,9 @@ async def context(
     committed after: its wait is on the pool, which bounds it, and holding a slot for it would
     leave the CPU idle while calls queue."""
     async with ctx.rt.admission.slot():
-        assembly = await assembler.start_assembly(ctx.rt, ctx.project_id, subject_id, query, budget, as_of=as_of)
+        assembly = await assembler.start_assembly(
+            ctx.rt, ctx.project_id, subject_id, query, budget, as_of=as_of, tokenizer=tokenizer
+        )
     packet = assembly.packet
     ctx.trace_writes[packet.trace.id] = PendingTrace(path, assembly.write)
     # The decisions are in hand: a later `trace.decisions` of this request needs no query.

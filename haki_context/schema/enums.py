@@ -22,6 +22,7 @@ from ..core.models import (
     ReasonCode,
     Volatility,
 )
+from ..settings import Tokenizer
 
 # Descriptions GraphiQL shows for the enums whose values a client acts on.
 _DESCRIPTIONS: dict[type, str] = {
@@ -30,6 +31,13 @@ _DESCRIPTIONS: dict[type, str] = {
         "(the subject holds memory, none of it about the query). NO_MEMORY: the subject held nothing "
         "to consider at the call's instant. BUDGET_TOO_SMALL: items fit for the query were found but "
         "none fits the budget (the trace's OVER_BUDGET decisions give their tokens)."
+    ),
+    Tokenizer: (
+        "What a packet's budget and usedTokens count. ESTIMATE: a served line's characters / 4 "
+        "(the default, HAKI_TOKENIZER; real tokenizers count 11-33% more on conversation text). "
+        "CL100K_BASE: OpenAI's GPT-4 and GPT-3.5 encoding. O200K_BASE: OpenAI's GPT-4o encoding "
+        "and later models'. Under either encoding the packet's rendered text counts at most "
+        "usedTokens in it."
     ),
 }
 
@@ -45,6 +53,7 @@ for _enum in (
     ItemKind,
     Decision,
     ReasonCode,
+    Tokenizer,
 ):
     strawberry.enum(_enum, description=_DESCRIPTIONS.get(_enum))
 
@@ -59,5 +68,6 @@ __all__ = [
     "ItemKind",
     "PacketStatus",
     "ReasonCode",
+    "Tokenizer",
     "Volatility",
 ]

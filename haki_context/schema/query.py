@@ -12,7 +12,7 @@ from ..core.history.traces import StatsBucket
 from ..core.limits import DEFAULT_BUDGET
 from ..core.serving.auth import Scope
 from ..resolvers import context_query, queries, series
-from .enums import ConflictStatus, FactStatus
+from .enums import ConflictStatus, FactStatus, Tokenizer
 from .observe import ObserveContext
 from .packet import ContextPacket, ContextTrace, StatsOverview
 from .pagination import Connection, to_connection
@@ -33,6 +33,7 @@ class Query:
         subject_id: str,
         query: str,
         budget: int | None = DEFAULT_BUDGET,
+        *,
         as_of: Annotated[
             datetime | None,
             strawberry.argument(
@@ -41,10 +42,17 @@ class Query:
                 " recorded by then (exact scans). INVALID_INPUT in the future or before the project existed."
             ),
         ] = None,
+        tokenizer: Annotated[
+            Tokenizer | None,
+            strawberry.argument(
+                description="Count the budget and usedTokens in this tokenizer (default: the server's,"
+                " HAKI_TOKENIZER); the trace's settings record names it, and a replay counts in it again."
+            ),
+        ] = None,
     ) -> ContextPacket:
         info.context.require(Scope.READ)
         return await context_query.context(
-            info.context, subject_id, query, budget, tuple(info.path.as_list()), as_of=as_of
+            info.context, subject_id, query, budget, tuple(info.path.as_list()), as_of=as_of, tokenizer=tokenizer
         )
 
     @strawberry.field(

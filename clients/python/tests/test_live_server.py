@@ -30,6 +30,7 @@ from haki_context_client.types import (
     ReasonCode,
     ReplayChangeKind,
     ReplayOverrides,
+    Tokenizer,
     Volatility,
 )
 
@@ -114,6 +115,18 @@ async def test_an_async_session_pages_reads_and_retracts(live_server: LiveServer
 
         stats = await haki.stats()
         assert stats.events >= 2 and stats.context_calls >= 1
+
+
+def test_context_counts_its_budget_in_the_tokenizer_it_names(live_server: LiveServer, subject: str) -> None:
+    with HakiClientSync(live_server.url, api_key=live_server.key) as haki:
+        haki.remember(subject, CONVERSATION)
+        estimated = haki.context(subject, QUESTION, budget=500)
+        for tokenizer in (Tokenizer.CL100K_BASE, Tokenizer.O200K_BASE):
+            packet = haki.context(subject, QUESTION, budget=500, tokenizer=tokenizer)
+            assert packet.rendered == estimated.rendered  # the same lines, counted otherwise
+            assert packet.used_tokens != estimated.used_tokens and packet.used_tokens <= 500
+        replayed = haki.replay(packet.trace_id)
+        assert replayed.diff.identical and replayed.settings.values["tokenizer"] == "o200k_base"
 
 
 def test_a_new_value_supersedes_and_a_contested_one_opens_a_conflict(live_server: LiveServer, subject: str) -> None:

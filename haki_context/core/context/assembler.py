@@ -38,7 +38,7 @@ import numpy as np
 
 from ...db import as_of as db_as_of
 from ...db import retrieval
-from ...settings import EpisodeRanking, Packing, Settings
+from ...settings import EpisodeRanking, Packing, Settings, Tokenizer
 from ..embedding.embedder import DIMENSIONS
 from ..limits import check_budget, check_subject_id, clean_query
 from ..models import Decision, EmptyReason, ItemKind, PacketStatus, ReasonCode
@@ -56,12 +56,12 @@ from .packing import (
     pack_section,
     render_packet,
     same_text,
-    tokens,
 )
 from .scoring import Components, Weights, best_neighbours, components, past_recall_gate
 from .settings_records import SettingsRecord
 from .settings_records import record_of as settings_record
 from .temporal import date_cue
+from .token_counts import counter, with_tokenizer
 from .trace_write import TraceWrite
 
 R = TypeVar("R")
@@ -84,6 +84,7 @@ async def start_assembly(
     budget: int | None,
     *,
     as_of: datetime | None = None,
+    tokenizer: Tokenizer | None = None,
     persist: bool = True,
 ) -> Assembly:
     """Assemble the context packet for one subject and send its trace write, without waiting
@@ -95,7 +96,14 @@ async def start_assembly(
     `persist=False` (a replay) writes no trace."""
     clock = _Clock()
     call = await understand(
-        rt, project_id=project_id, subject_id=subject_id, query=query, budget=budget, as_of=as_of, clock=clock
+        rt,
+        project_id=project_id,
+        subject_id=subject_id,
+        query=query,
+        budget=budget,
+        as_of=as_of,
+        tokenizer=tokenizer,
+        clock=clock,
     )
     clock.retrieval_started()
     async with _in_flight() as spawn:
@@ -196,6 +204,7 @@ class Call:
     weights: Weights
     episode_k: int
     record: SettingsRecord  # the settings record the call runs under
+    count_tokens: Callable[[str], int]  # what a served line costs, in the settings' tokenizer
 
 
 async def understand(
@@ -206,11 +215,13 @@ async def understand(
     query: str,
     budget: int | None,
     as_of: datetime | None,
+    tokenizer: Tokenizer | None,
     clock: _Clock,
 ) -> Call:
     """Validate the call, take one instant for every statement of it, choose its statements and
-    embed its query (cached by text)."""
-    s = rt.settings
+    embed its query (cached by text). A call that names a tokenizer runs under the server's
+    settings counting in it (and is recorded so)."""
+    s = with_tokenizer(rt.settings, tokenizer)
     budget = check_budget(budget, s.max_budget)
     check_subject_id(subject_id)
     query = clean_query(query)
@@ -243,6 +254,7 @@ async def understand(
         settings=s,
         weights=Weights.from_settings(s),
         episode_k=episode_candidates(s, budget),
+        count_tokens=counter(s.tokenizer),
         record=settings_record(s, rt.embedder),
     )
 
@@ -367,7 +379,14 @@ def decide_facts(found: retrieval.FactCandidates, call: Call) -> FactStep:
         : s.candidate_limit
     ]
     expired_ids = {row.id for row, expired in found.candidates if expired}
-    blocked = [_blocked(row, ReasonCode.CONFLICT_OPEN) for row in found.blocked]
+    blocked = [
+        _blocked(
+            row,
+            ReasonCode.CONFLICT_OPEN,
+            call.count_tokens(fact_line(row.text, fact_date(row.valid_from, row.recorded_at))),
+        )
+        for row in found.blocked
+    ]
     blocked += [_blocked(f.row, ReasonCode.VOLATILITY_EXPIRED, f.tokens) for f in scored if f.row.id in expired_ids]
     servable = [f for f in scored if f.row.id not in expired_ids]
     section = pack_section(
@@ -395,7 +414,9 @@ def _facts(rows: list[retrieval.FactRow], call: Call, via: list[str] | None = No
         dated = fact_date(row.valid_from, row.recorded_at)
         parts = components(row.distance or 0.0, row.full_text or 0.0, dated, call.now, call.weights)
         line = fact_line(row.text, dated)
-        out.append(_Fact(row=row, parts=parts, line=line, tokens=tokens(line), via_entity=via[i] if via else None))
+        out.append(
+            _Fact(row=row, parts=parts, line=line, tokens=call.count_tokens(line), via_entity=via[i] if via else None)
+        )
     return out
 
 
@@ -427,7 +448,7 @@ def _chunks(rows: list[retrieval.ChunkRow], call: Call) -> list[_Chunk]:
             score += s.speaker_boost  # "what did Caroline ..." is most often answered by Caroline
         excerpt = served_excerpt(s.episode_excerpt_format, row.text, row.excerpt, row.is_turn, s.episode_excerpt_chars)
         line = episode_line(excerpt, row.occurred_at)
-        out.append(_Chunk(row=row, parts=p, score=score, line=line, tokens=tokens(line), excerpt=excerpt))
+        out.append(_Chunk(row=row, parts=p, score=score, line=line, tokens=call.count_tokens(line), excerpt=excerpt))
     return out
 
 
@@ -697,12 +718,7 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000.0
 
 
-def _blocked(row: retrieval.FactRow, reason: ReasonCode, item_tokens: int | None = None) -> TraceDecision:
-    line_tokens = (
-        item_tokens
-        if item_tokens is not None
-        else tokens(fact_line(row.text, fact_date(row.valid_from, row.recorded_at)))
-    )
+def _blocked(row: retrieval.FactRow, reason: ReasonCode, line_tokens: int) -> TraceDecision:
     return TraceDecision(
         item_kind=ItemKind.FACT,
         item_id=row.id,

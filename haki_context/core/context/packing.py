@@ -1,8 +1,8 @@
 """Packing under a token budget and the `rendered` text.
 
-An item's tokens are `max(1, len(line) // 4)` of the line it adds to
-`rendered`: so `usedTokens` is exactly what the agent pastes, and never more
-than the budget.
+An item's tokens are what the line it adds to `rendered` costs in the call's
+tokenizer (core/context/token_counts.py): so `usedTokens` counts what the agent
+pastes, and is never more than the budget.
 
 Every section of a packet (facts, multi-hop facts, episodes) is packed the same
 way, by `pack_section` (or two at once by `pack_merged`), each verdict given by
@@ -25,11 +25,6 @@ from typing import Generic, NamedTuple, TypeVar
 from ..models import Decision, ReasonCode
 
 T = TypeVar("T")
-
-
-def tokens(text: str) -> int:
-    """The tokens a line costs: a character count / 4, at least 1."""
-    return max(1, len(text) // 4)
 
 
 def fact_date(valid_from: datetime | None, recorded_at: datetime) -> datetime:

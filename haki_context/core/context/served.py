@@ -23,7 +23,8 @@ from ..packet import ContextTrace, TraceDecision
 from ..serving.runtime import Runtime
 from ..texts import served_excerpt
 from . import settings_records
-from .packing import episode_line, fact_date, fact_line, merged_order, render_packet, tokens
+from .packing import episode_line, fact_date, fact_line, merged_order, render_packet
+from .token_counts import counter
 
 
 @dataclass(slots=True)
@@ -125,6 +126,7 @@ async def rendered_of(
     if not served:
         return ""
     settings = await call_settings(rt, project_id, trace.settings_id)
+    count_tokens = counter(settings.tokenizer)
     fact_ids = [d.item_id for d in served if d.item_kind is ItemKind.FACT]
     chunks = [(d.item_id, d.chunk or 0) for d in served if d.item_kind is ItemKind.EPISODE]
     rows = await rt.reads.run(lambda conn: db_served.served_items(conn, project_id, fact_ids, chunks))
@@ -145,7 +147,7 @@ async def rendered_of(
                 settings.episode_excerpt_chars,
             )
             line = episode_line(excerpt, row["occurred_at"])
-        if tokens(line) != d.tokens:
+        if count_tokens(line) != d.tokens:
             return None
         lines["episodes" if d.item_kind is ItemKind.EPISODE else "hops" if _is_hop(d) else "facts"].append(line)
     return render_packet(lines["facts"], lines["hops"], lines["episodes"])

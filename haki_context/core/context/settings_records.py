@@ -43,6 +43,7 @@ DECISION_SETTINGS = (
     "episode_excerpt_chars",
     "speaker_boost",
     "packing",
+    "tokenizer",
     "skip_cited_turns",
     "skip_restated_facts",
     "skip_repeated_texts",
@@ -73,7 +74,12 @@ DECISION_SETTINGS = (
 
 # Decision settings added after records were first kept, with the value that behaves as the
 # server did before: a record without one ran without the rule, and its replay does too.
-ADDED_LATER: dict[str, Any] = {"skip_cited_turns": False, "skip_restated_facts": False, "skip_repeated_texts": False}
+ADDED_LATER: dict[str, Any] = {
+    "skip_cited_turns": False,
+    "skip_restated_facts": False,
+    "skip_repeated_texts": False,
+    "tokenizer": "estimate",
+}
 
 # Settings that change how the server runs, never what a call decides.
 OPERATIONAL_SETTINGS = (

@@ -37,6 +37,7 @@ from .types import (
     Replay,
     ReplayOverrides,
     Stats,
+    Tokenizer,
     Trace,
     TracePage,
     Volatility,
@@ -184,11 +185,21 @@ class HakiClient:
     # ------------------------------------------------------------------ reads
 
     async def context(
-        self, subject_id: str, query: str, *, budget: int | None = None, as_of: datetime | None = None
+        self,
+        subject_id: str,
+        query: str,
+        *,
+        budget: int | None = None,
+        as_of: datetime | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> ContextPacket:
         """The context packet for one subject: what to put in the prompt before a model call.
-        With `as_of` (a past instant, timezone-aware), the packet as the memory stood then."""
-        return (await self.operations.context(subject_id, query, _given(budget), _given(as_of))).context
+        With `as_of` (a past instant, timezone-aware), the packet as the memory stood then. With
+        `tokenizer` (Tokenizer.CL100K_BASE for GPT-4, O200K_BASE for GPT-4o), the budget and
+        `used_tokens` count in that model's tokens instead of the server's default."""
+        return (
+            await self.operations.context(subject_id, query, _given(budget), _given(as_of), _given(tokenizer))
+        ).context
 
     async def replay(
         self,
@@ -401,11 +412,19 @@ class HakiClientSync:
     # ------------------------------------------------------------------ reads
 
     def context(
-        self, subject_id: str, query: str, *, budget: int | None = None, as_of: datetime | None = None
+        self,
+        subject_id: str,
+        query: str,
+        *,
+        budget: int | None = None,
+        as_of: datetime | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> ContextPacket:
         """The context packet for one subject: what to put in the prompt before a model call.
-        With `as_of` (a past instant, timezone-aware), the packet as the memory stood then."""
-        return self.operations.context(subject_id, query, _given(budget), _given(as_of)).context
+        With `as_of` (a past instant, timezone-aware), the packet as the memory stood then. With
+        `tokenizer` (Tokenizer.CL100K_BASE for GPT-4, O200K_BASE for GPT-4o), the budget and
+        `used_tokens` count in that model's tokens instead of the server's default."""
+        return self.operations.context(subject_id, query, _given(budget), _given(as_of), _given(tokenizer)).context
 
     def replay(
         self,

@@ -22,6 +22,7 @@ from ._generated.enums import (
     RankingProfile,
     ReasonCode,
     ReplayChangeKind,
+    Tokenizer,
     Volatility,
 )
 from ._generated.events import EventsEvents
@@ -118,6 +119,7 @@ __all__ = [
     "ReplayDiff",
     "ReplayOverrides",
     "Stats",
+    "Tokenizer",
     "Trace",
     "TraceCounts",
     "TraceDecision",

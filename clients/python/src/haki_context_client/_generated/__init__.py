@@ -30,6 +30,7 @@ from .enums import (
     ReasonCode,
     ReplayChangeKind,
     StatsBucket,
+    Tokenizer,
     TracePhase,
     Volatility,
 )
@@ -170,6 +171,7 @@ __all__ = [
     "StatsBucket",
     "StatsStats",
     "StatsStatsReasonCodes",
+    "Tokenizer",
     "TracePhase",
     "TraceSummaryFields",
     "TraceSummaryFieldsCounts",

@@ -8,7 +8,7 @@ from .assert_fact import AssertFact
 from .async_base_client import AsyncBaseClient
 from .base_model import UNSET, UnsetType
 from .context import Context
-from .enums import Decision, FactStatus, ItemKind
+from .enums import Decision, FactStatus, ItemKind, Tokenizer
 from .events import Events
 from .facts import Facts
 from .forget_subject import ForgetSubject
@@ -35,11 +35,18 @@ class AsyncOperations(AsyncBaseClient):
         query: str,
         budget: Union[Optional[int], UnsetType] = UNSET,
         as_of: Union[Optional[datetime], UnsetType] = UNSET,
+        tokenizer: Union[Optional[Tokenizer], UnsetType] = UNSET,
         **kwargs: Any,
     ) -> Context:
         _query = gql("""
-            query Context($subjectId: String!, $query: String!, $budget: Int, $asOf: DateTime) {
-              context(subjectId: $subjectId, query: $query, budget: $budget, asOf: $asOf) {
+            query Context($subjectId: String!, $query: String!, $budget: Int, $asOf: DateTime, $tokenizer: Tokenizer) {
+              context(
+                subjectId: $subjectId
+                query: $query
+                budget: $budget
+                asOf: $asOf
+                tokenizer: $tokenizer
+              ) {
                 traceId
                 rendered
                 status
@@ -77,6 +84,7 @@ class AsyncOperations(AsyncBaseClient):
             "query": query,
             "budget": budget,
             "asOf": as_of,
+            "tokenizer": tokenizer,
         }
         response = await self.execute(
             query=_query, operation_name="Context", variables=variables, **kwargs

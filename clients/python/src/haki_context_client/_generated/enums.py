@@ -219,6 +219,22 @@ class StatsBucket(str, Enum):
         return member
 
 
+class Tokenizer(str, Enum):
+    ESTIMATE = "ESTIMATE"
+    CL100K_BASE = "CL100K_BASE"
+    O200K_BASE = "O200K_BASE"
+
+    @classmethod
+    def _missing_(cls, value: object) -> "typing.Any":
+        """A value this client does not list (a newer server's): kept as a member of its own."""
+        if not isinstance(value, str):
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = value
+        member._value_ = value
+        return member
+
+
 class TracePhase(str, Enum):
     EMBED = "EMBED"
     RETRIEVE = "RETRIEVE"
