@@ -82,11 +82,13 @@ def test_a_server_whose_encoding_file_is_refused_stops_with_one_line_naming_the_
 @pytest.mark.parametrize("tokenizer", ENCODINGS)
 def test_a_line_costs_its_tokens_with_its_line_break(tokenizer: Tokenizer) -> None:
     line = "- [2023-05-08 13:56] Caroline: I went to a LGBTQ support group yesterday."
-    assert counter(tokenizer)(line) == _count(tokenizer, line + "\n")
+    assert counter(tokenizer)(line) == max(_count(tokenizer, line + "\n"), _count(tokenizer, line))
+    # The line break can merge with the characters before it: alone, this line counts one more.
+    assert counter(Tokenizer.CL100K_BASE)("- 0|{") == _count(Tokenizer.CL100K_BASE, "- 0|{") == 5
     assert counter(tokenizer)(line) == counter(tokenizer)(line)  # remembered, the same
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(lines=st.lists(st.text(st.characters(exclude_characters="\n\r"), max_size=80), min_size=1, max_size=8))
 def test_rendered_lines_never_count_more_than_the_sum_of_their_costs(lines: list[str]) -> None:
     served = [f"- {line}" for line in lines]

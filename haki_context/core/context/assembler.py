@@ -61,7 +61,7 @@ from .scoring import Components, Weights, best_neighbours, components, past_reca
 from .settings_records import SettingsRecord
 from .settings_records import record_of as settings_record
 from .temporal import date_cue
-from .token_counts import counter, with_tokenizer
+from .token_counts import counter_loaded, with_tokenizer
 from .trace_write import TraceWrite
 
 R = TypeVar("R")
@@ -254,7 +254,7 @@ async def understand(
         settings=s,
         weights=Weights.from_settings(s),
         episode_k=episode_candidates(s, budget),
-        count_tokens=counter(s.tokenizer),
+        count_tokens=await counter_loaded(s.tokenizer),
         record=settings_record(s, rt.embedder),
     )
 

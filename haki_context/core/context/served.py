@@ -24,7 +24,7 @@ from ..serving.runtime import Runtime
 from ..texts import served_excerpt
 from . import settings_records
 from .packing import episode_line, fact_date, fact_line, merged_order, render_packet
-from .token_counts import counter
+from .token_counts import counter_loaded
 
 
 @dataclass(slots=True)
@@ -126,7 +126,7 @@ async def rendered_of(
     if not served:
         return ""
     settings = await call_settings(rt, project_id, trace.settings_id)
-    count_tokens = counter(settings.tokenizer)
+    count_tokens = await counter_loaded(settings.tokenizer)
     fact_ids = [d.item_id for d in served if d.item_kind is ItemKind.FACT]
     chunks = [(d.item_id, d.chunk or 0) for d in served if d.item_kind is ItemKind.EPISODE]
     rows = await rt.reads.run(lambda conn: db_served.served_items(conn, project_id, fact_ids, chunks))

