@@ -97,10 +97,15 @@ def run_and_write(
         finally:
             if server is not None:
                 server.close()
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{name}-{datetime.now(UTC).date().isoformat()}"
+    write_result(args.out, name, result, markdown)
+    return 0
+
+
+def write_result(out: Path, name: str, result: dict[str, Any], markdown: Callable[[dict[str, Any]], str]) -> None:
+    """Write `result` to `out` as <name>-<date>.json and .md, and print the markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"{name}-{datetime.now(UTC).date().isoformat()}"
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(result))
     print(markdown(result))
     print(f"wrote {stem}.json and .md")
-    return 0

@@ -17,7 +17,16 @@ from haki_context.core.texts import event_chunks
 
 from . import latency_texts
 from .latency_common import INGEST_SUBJECT, PROJECT, SUBJECT, Config, Questions, assemble, dist, ms_since
-from .latency_server import AGENT_QUERY, DEBUG_QUERY, RECORD_EVENTS, Server, graphql, server_side, trace_rows
+from .latency_server import (
+    AGENT_QUERY,
+    DEBUG_QUERY,
+    RECORD_EVENTS,
+    Server,
+    closed_loop,
+    graphql,
+    server_side,
+    trace_rows,
+)
 from .lean_http import LeanClient
 
 
@@ -104,35 +113,11 @@ async def measure_http(rt: Runtime, server: Server, cfg: Config, qs: Questions) 
 
 
 async def measure_concurrent(rt: Runtime, server: Server, cfg: Config, qs: Questions) -> dict[str, Any]:
-    queue: asyncio.Queue[str] = asyncio.Queue()
-    for q in qs.take(cfg.concurrent_calls):
-        queue.put_nowait(q)
-    calls: list[tuple[float, str]] = []
-    clients = [LeanClient(server.url) for _ in range(cfg.concurrency)]
-    try:
-        # One warm-up call per client opens its connection.
-        await asyncio.gather(
-            *(
-                graphql(c, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
-                for c, q in zip(clients, qs.take(cfg.concurrency))
-            )
-        )
-
-        async def worker(client: LeanClient) -> None:
-            while True:
-                try:
-                    q = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    return
-                ms, data = await graphql(client, AGENT_QUERY, {"s": SUBJECT, "q": q, "b": cfg.budget})
-                calls.append((ms, data["context"]["traceId"]))
-
-        t = time.perf_counter()
-        await asyncio.gather(*(worker(c) for c in clients))
-        wall = time.perf_counter() - t
-    finally:
-        for c in clients:
-            await c.aclose()
+    warm_up = qs.take(cfg.concurrency)
+    wall, answered = await closed_loop(
+        server.url, AGENT_QUERY, qs.take(cfg.concurrent_calls), warm_up, clients=cfg.concurrency, budget=cfg.budget
+    )
+    calls = [(ms, data["context"]["traceId"]) for ms, data in answered]
     return {
         "clients": cfg.concurrency,
         "calls": len(calls),

@@ -21,7 +21,7 @@ import psutil
 
 from haki_context.core.serving.runtime import Runtime
 
-from .latency_common import PROJECT, REPO_ROOT, Config, dist, ms_since
+from .latency_common import PROJECT, REPO_ROOT, SUBJECT, Config, dist, ms_since
 from .lean_http import LeanClient
 
 AGENT_QUERY = """query Agent($s: String!, $q: String!, $b: Int) {
@@ -186,6 +186,30 @@ async def graphql(
     if status != 200 or body.get("errors"):
         raise RuntimeError(f"GraphQL call failed ({status}): {str(body)[:500]}")
     return ms, body["data"]
+
+
+async def closed_loop(
+    url: str, query: str, questions: list[str], warm_up: list[str], *, clients: int, budget: int
+) -> tuple[float, list[tuple[float, dict[str, Any]]]]:
+    """`clients` keep-alive clients at once ask `questions` of the subject, each taking the next
+    as soon as its call answers, after one warm-up call each (`warm_up`, which opens its
+    connection): the seconds the questions took and each call's (ms, data)."""
+    pending = list(reversed(questions))
+    calls: list[tuple[float, dict[str, Any]]] = []
+    lean = [LeanClient(url) for _ in range(clients)]
+
+    async def client(c: LeanClient) -> None:
+        while pending:
+            calls.append(await graphql(c, query, {"s": SUBJECT, "q": pending.pop(), "b": budget}))
+
+    try:
+        await asyncio.gather(*(graphql(c, query, {"s": SUBJECT, "q": q, "b": budget}) for c, q in zip(lean, warm_up)))
+        started = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in lean))
+        return time.perf_counter() - started, calls
+    finally:
+        for c in lean:
+            await c.aclose()
 
 
 async def trace_rows(rt: Runtime, ids: list[str]) -> dict[str, dict[str, float]]:

@@ -35,7 +35,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +44,7 @@ import numpy as np
 
 from . import latency_texts
 from .latency_common import DEFAULT_OUT, REPO_ROOT, SUBJECT, Config
-from .latency_server import AGENT_QUERY, DEBUG_QUERY, Server, graphql
+from .latency_server import AGENT_QUERY, DEBUG_QUERY, Server, closed_loop, graphql
 from .lean_http import LeanClient
 
 WARMUP = 20  # calls each before measuring: connections, statement caches, plans made once
@@ -118,29 +117,6 @@ async def compare(dsn: str, baseline_root: Path, pairs: int, selection: str, bud
     }
 
 
-async def _burst(url: str, questions: list[str], clients: int, query: str, budget: int) -> tuple[float, list[float]]:
-    """`clients` clients at once send `questions` to one server: calls/s and each call's ms."""
-    lean = [LeanClient(url) for _ in range(clients)]
-    pending, times = list(questions), []
-
-    async def client(c: LeanClient) -> None:
-        while pending:
-            ms, _ = await graphql(c, query, {"s": SUBJECT, "q": pending.pop(), "b": budget})
-            times.append(ms)
-
-    try:
-        # One warm-up call per client opens its connection.
-        await asyncio.gather(
-            *(graphql(c, query, {"s": SUBJECT, "q": f"warm up {i}", "b": budget}) for i, c in enumerate(lean))
-        )
-        started = time.perf_counter()
-        await asyncio.gather(*(client(c) for c in lean))
-        return len(questions) / (time.perf_counter() - started), times
-    finally:
-        for c in lean:
-            await c.aclose()
-
-
 async def compare_throughput(
     dsn: str, baseline_root: Path, *, calls: int, bursts: int, clients: int, selection: str, budget: int
 ) -> dict[str, Any]:
@@ -153,10 +129,13 @@ async def compare_throughput(
     async with two_servers(dsn, baseline_root) as servers:
         for b in range(bursts):
             for name in ("current", "baseline") if b % 2 else ("baseline", "current"):
-                rate, times = await _burst(
-                    servers[name].url, list(itertools.islice(questions, calls)), clients, query, budget
+                asked = list(itertools.islice(questions, calls))
+                warm_up = [f"warm up {i}" for i in range(clients)]
+                wall, answered = await closed_loop(
+                    servers[name].url, query, asked, warm_up, clients=clients, budget=budget
                 )
-                rates[name].append(rate)
+                times = [ms for ms, _ in answered]
+                rates[name].append(len(answered) / wall)
                 p50[name].append(float(np.percentile(times, 50)))
                 p99[name].append(float(np.percentile(times, 99)))
     return {

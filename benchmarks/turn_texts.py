@@ -17,7 +17,6 @@ turn would give. Writes benchmarks/results/turn-texts-<date>.json and .md (`--ou
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ import numpy as np
 
 from haki_context.core.embedding.embedder import Encoder, HashingEncoder, OnnxMiniLMEncoder
 
+from .in_process import write_result
 from .locomo import Conversation, Turn, add_data_argument, load_conversations
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -123,12 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "wall_s": round(time.perf_counter() - started, 1),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"turn-texts-{report['date']}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
-    print(f"wrote {stem}.json and .md")
+    write_result(args.out, "turn-texts", report, markdown)
     return 0
 
 
