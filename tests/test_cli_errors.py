@@ -179,6 +179,7 @@ def test_a_model_cache_that_is_a_file(scratch: Path, args: list[str]) -> None:
         ({"HAKI_PORT": "abc"}, "HAKI_PORT", "integer"),
         ({"HAKI_EMBED_PROVIDER": "foo"}, "HAKI_EMBED_PROVIDER", "'hashing'"),
         ({"HAKI_LOG_LEVEL": "loud"}, "HAKI_LOG_LEVEL", "debug"),
+        ({"HAKI_TOKENIZER": "llama"}, "HAKI_TOKENIZER", "'cl100k_base'"),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "migrate"])

@@ -161,9 +161,12 @@ async def test_the_servers_tokenizer_is_every_calls_default(migrated: str, hashi
         await rt.pool.close()
 
 
-async def test_an_unknown_tokenizer_is_a_graphql_validation_error(client: GraphQLClient, subject: str) -> None:
+async def test_an_unknown_tokenizer_is_invalid_input_or_fails_validation(client: GraphQLClient, subject: str) -> None:
     error = await client.error(CONTEXT, {"s": subject, "q": "anything", "t": "LLAMA"})
-    assert "Tokenizer" in error["message"]
+    assert error["extensions"]["code"] == "INVALID_INPUT" and "Tokenizer" in error["message"]
+    literal = 'query { context(subjectId: "s", query: "q", tokenizer: LLAMA) { usedTokens } }'
+    error = await client.error(literal)
+    assert error["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED" and "Tokenizer" in error["message"]
 
 
 # --- the whole LoCoMo dev set: no packet over its budget in either encoding
