@@ -1,13 +1,15 @@
-# The context server as an image: `haki-context serve` against the PostgreSQL + pgvector
-# named by HAKI_DATABASE_URL (docker-compose.yml pairs it with pgvector/pgvector:pg18).
+# The context server as an image: `haki-context serve` on its embedded PostgreSQL + pgvector,
+# its data on a volume at /var/lib/haki; or against the PostgreSQL named by HAKI_DATABASE_URL
+# (docker-compose.yml pairs it with pgvector/pgvector:pg18).
 #
 # No Docker engine runs in the development environment, so this file is kept correct by
-# reading; tests/test_docker_start.py checks it and runs its start command against a real
-# database through HAKI_DATABASE_URL.
+# reading; tests/test_docker_start.py checks it and runs its start command both ways: on an
+# embedded database in a data folder, and against a real database through HAKI_DATABASE_URL.
 #
 #   docker build -t haki-context .
+#   docker run -d --name haki -p 8000:8000 -v haki:/var/lib/haki haki-context
+#   docker exec haki haki-context keys create --project my-project
 #   docker run -p 8000:8000 -e HAKI_DATABASE_URL=postgresql://user:pass@host:5432/db haki-context
-#   docker run --rm -e HAKI_DATABASE_URL=... haki-context haki-context keys create --project P
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -25,18 +27,22 @@ RUN pip install . \
     && if python -c "import torch" 2>/dev/null; then echo "torch was installed" >&2; exit 1; fi \
     && python -c "from haki_context.core.embedding.embedder import OnnxMiniLMEncoder; OnnxMiniLMEncoder.shipped()"
 
-# Never run as root. HAKI_DATA_DIR only matters if HAKI_DATABASE_URL is left unset.
-RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin haki
+# Never run as root (PostgreSQL refuses to, too). The embedded database lives in HAKI_DATA_DIR,
+# a volume the server's user owns, so it outlives the container; unused with HAKI_DATABASE_URL.
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin haki \
+    && mkdir -p /var/lib/haki && chown haki:haki /var/lib/haki
 USER haki
 WORKDIR /home/haki
 
-# HAKI_DATABASE_URL is expected at run time (e.g. postgresql://haki:haki@db:5432/haki); with
-# it set the server uses that database and development mode is off (every request needs a key).
+# Bound to 0.0.0.0, keyless development mode is off either way: every request needs a key
+# (`haki-context keys create` in the container).
 ENV HAKI_PORT=8000 \
-    HAKI_DATA_DIR=/home/haki/.haki-data
+    HAKI_DATA_DIR=/var/lib/haki
+VOLUME ["/var/lib/haki"]
 EXPOSE 8000
 
-HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=3)"]
+# Ready means the database answers, migrations are applied and the embedder is loaded.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=90s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=3)"]
 
 CMD ["haki-context", "serve", "--host", "0.0.0.0"]

@@ -2,8 +2,11 @@
 
 No engine runs here, so the Dockerfile and docker-compose.yml are checked by
 reading them, and the image's start command (its CMD) is run as a real
-process against a real PostgreSQL named by HAKI_DATABASE_URL: the session's
-embedded server stands in for the compose `db` service.
+process with the image's environment both ways the image runs: on its
+embedded database in the data folder its volume holds (a temporary folder
+stands in for the volume, kept across two starts), and against a real
+PostgreSQL named by HAKI_DATABASE_URL (the session's embedded server stands
+in for the compose `db` service).
 """
 
 from __future__ import annotations
@@ -88,10 +91,37 @@ def test_dockerfile_runs_as_a_non_root_user_with_a_healthcheck() -> None:
     assert users and users[-1][0] < cmd_at
     assert users[-1][1] not in {"root", "0", "0:0"}
     health = [args for word, args in steps if word == "HEALTHCHECK"]
-    assert health and "/healthz" in health[-1]
+    assert health and "/readyz" in health[-1]  # ready: database, migrations and embedder
     # The server's own settings carry the database; the image never points at a database itself.
     envs = " ".join(args for word, args in steps if word == "ENV")
     assert "HAKI_DATABASE_URL" not in envs and "HAKI_DEV_MODE" not in envs
+
+
+def image_env() -> dict[str, str]:
+    """The image's ENV, as `NAME=value` pairs (continuation lines joined)."""
+    out: dict[str, str] = {}
+    for word, args in instructions():
+        if word == "ENV":
+            for pair in args.split():
+                name, _, value = pair.partition("=")
+                out[name] = value
+    return out
+
+
+def test_the_embedded_database_lives_on_a_volume_the_server_user_owns() -> None:
+    steps = instructions()
+    data_dir = image_env()["HAKI_DATA_DIR"]
+    assert data_dir == "/var/lib/haki"
+    (volume,) = [json.loads(args) for word, args in steps if word == "VOLUME"]
+    assert volume == [data_dir]
+    user = [args for word, args in steps if word == "USER"][-1]
+    runs = " && ".join(args for word, args in steps if word == "RUN")
+    assert f"mkdir -p {data_dir}" in runs and f"chown {user}:{user} {data_dir}" in runs
+    # The command the docs give: the image's port and its volume.
+    assert (
+        f"docker run -d --name haki -p 8000:8000 -v haki:{data_dir} haki-context" in (ROOT / "Dockerfile").read_text()
+    )
+    assert f"-v haki:{data_dir}" in (ROOT / "docs" / "operations.md").read_text()
 
 
 def test_compose_pairs_the_server_with_pgvector_pg18() -> None:
@@ -207,6 +237,69 @@ async def test_image_start_command_serves_against_haki_database_url(migrated: st
         assert await conn.fetchval("SELECT 1") == 1
     finally:
         await conn.close()
+
+
+def start_image(data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """The image's CMD on its own environment, its volume at `data_dir`; bound to every
+    interface as in a container (so keyless development mode is off)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+    env.update(image_env(), HAKI_DATA_DIR=str(data_dir), HAKI_EMBED_PROVIDER="hashing")
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [CLI, *image_cmd()[1:], "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def stop(process: subprocess.Popen[bytes], log: Path) -> None:
+    process.terminate()
+    try:
+        code = process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        pytest.fail(f"the server did not stop on SIGTERM:\n{log.read_text()[-4000:]}")
+    assert code in (0, -signal.SIGTERM), log.read_text()[-4000:]
+
+
+async def test_image_start_command_keeps_its_embedded_database_on_the_volume(tmp_path: Path) -> None:
+    volume, log, port = tmp_path / "volume", tmp_path / "server.log", free_port()
+    volume.mkdir()
+    base = f"http://127.0.0.1:{port}"
+    query = 'mutation { recordEvent(input: {subjectId: "docker", kind: "note", payload: {text: "kept"}}) { id } }'
+    process = start_image(volume, port, log)
+    try:
+        await wait_ready(base, process, log)
+        assert "starting the embedded PostgreSQL" in log.read_text() or "initdb" in log.read_text().lower()
+        # As `docker exec haki haki-context keys create ...`: the command attaches to the running database.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HAKI_")}
+        env.update(image_env(), HAKI_DATA_DIR=str(volume))
+        made = subprocess.run(
+            [CLI, "keys", "create", "--project", "docker"], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert made.returncode == 0, made.stderr
+        headers = {"authorization": f"Bearer {made.stdout.strip().splitlines()[-1]}"}
+        async with httpx.AsyncClient(base_url=base, timeout=10.0) as http:
+            anonymous = await http.post("/graphql", json={"query": query})
+            assert anonymous.status_code == 401  # not development mode: a key is required
+            written = await http.post("/graphql", json={"query": query}, headers=headers)
+            assert written.status_code == 200, written.text
+            event_id = written.json()["data"]["recordEvent"]["id"]
+    finally:
+        stop(process, log)
+    # A new container on the same volume serves what the first one wrote.
+    process = start_image(volume, port, log)
+    try:
+        await wait_ready(base, process, log)
+        async with httpx.AsyncClient(base_url=base, timeout=10.0) as http:
+            read = await http.post(
+                "/graphql",
+                json={"query": "query($id: ID!) { event(id: $id) { id payload } }", "variables": {"id": event_id}},
+                headers=headers,
+            )
+        assert read.json()["data"]["event"] == {"id": event_id, "payload": {"text": "kept"}}
+    finally:
+        stop(process, log)
+    assert "Traceback" not in log.read_text()
 
 
 def test_the_image_serves_the_shipped_model_without_a_build_step() -> None:
