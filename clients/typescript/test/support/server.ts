@@ -41,11 +41,13 @@ function executable(path: string): boolean {
   }
 }
 
-/** The server's executable, or the sentence that says why the live tests skip. */
+/** The server's executable, or the sentence that says why the live tests skip. One named by
+ * HAKI_CONTEXT_BIN that is no executable is an error, not a skip: it was asked for. */
 export function findServer(): { bin: string } | { skip: string } {
   const named = process.env["HAKI_CONTEXT_BIN"];
   if (named) {
-    return executable(named) ? { bin: named } : { skip: `HAKI_CONTEXT_BIN names ${named}, which is not an executable file` };
+    if (!executable(named)) throw new Error(`HAKI_CONTEXT_BIN names ${named}, which is not an executable file`);
+    return { bin: named };
   }
   for (const dir of (process.env["PATH"] ?? "").split(delimiter)) {
     if (dir && executable(join(dir, "haki-context"))) return { bin: join(dir, "haki-context") };
