@@ -1,6 +1,7 @@
-"""The TypeScript client (clients/typescript): its typed documents match schema.graphql, and its
+"""The TypeScript client (clients/typescript): its typed documents match schema.graphql, its
 build and tests pass (`npm test`: the unit tests, and the live ones against a `haki-context serve`
-of this environment that they start themselves, named by HAKI_CONTEXT_BIN).
+of this environment that they start themselves, named by HAKI_CONTEXT_BIN), and the agent loop
+docs/agents.md shows is the example those tests run.
 
 It needs Node.js and the client's packages (`npm ci --prefix clients/typescript`, which .ci/run
 does); without them it is skipped here and fails in CI.
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-CLIENT = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = ROOT / "clients" / "typescript"
 CLI = str(Path(sys.executable).parent / "haki-context")
 
 
@@ -48,6 +50,17 @@ def _npm_run(script: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
         timeout=timeout_s,
         check=False,
     )
+
+
+def test_the_agent_loop_of_the_docs_is_the_example_the_tests_run() -> None:
+    section = (ROOT / "docs" / "agents.md").read_text(encoding="utf-8").split("\n## TypeScript\n", 1)[1]
+    blocks = re.findall(r"^```ts\n(.*?)^```$", section.split("\n## ", 1)[0], re.MULTILINE | re.DOTALL)
+    example = (CLIENT / "examples" / "agent-loop.ts").read_text(encoding="utf-8")
+    assert blocks, "docs/agents.md's TypeScript section shows no TypeScript"
+    for block in blocks:
+        assert block in example, (
+            "docs/agents.md's TypeScript code differs from clients/typescript/examples/agent-loop.ts"
+        )
 
 
 def test_the_generated_documents_match_the_schema_and_the_operations() -> None:

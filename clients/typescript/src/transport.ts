@@ -226,7 +226,7 @@ export class Transport {
         yield* nonEmptyLines(parts.join("\n"));
       }
     } finally {
-      // A consumer that stops early leaves the rest unread: close the connection's stream.
+      // A consumer that breaks off early leaves the rest unread: close the connection's stream.
       if (!done) await reader.cancel().catch(() => undefined);
       reader.releaseLock();
     }

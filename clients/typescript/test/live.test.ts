@@ -68,7 +68,7 @@ describe("against a live haki-context serve", { skip: "skip" in found ? found.sk
     if ("bin" in found) server = await startServer(found.bin);
   });
   after(async () => {
-    await server?.stop();
+    await server?.close();
   });
 
   const client = (apiKey: string = server.key) => new HakiClient(server.url, { apiKey });

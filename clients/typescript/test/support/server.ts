@@ -29,7 +29,8 @@ export interface LiveServer {
   eraserKey: string;
   /** A read-only key of project `client-tests`. */
   readerKey: string;
-  stop(): Promise<void>;
+  /** Ends the server (SIGTERM), its database, and removes its data directory. */
+  close(): Promise<void>;
 }
 
 function executable(path: string): boolean {
@@ -98,8 +99,8 @@ function exited(child: ChildProcess): Promise<void> {
   });
 }
 
-/** Stop the embedded PostgreSQL if the server was killed before it could (fast shutdown). */
-function stopOrphanDatabase(dataDir: string): void {
+/** Shut down the embedded PostgreSQL if the server was killed before it could (fast shutdown). */
+function shutDownOrphanDatabase(dataDir: string): void {
   try {
     const pid = Number(readFileSync(join(dataDir, "pg", "postmaster.pid"), "utf8").split("\n")[0]);
     if (Number.isInteger(pid) && pid > 0) process.kill(pid, "SIGINT");
@@ -122,14 +123,14 @@ export async function startServer(bin: string): Promise<LiveServer> {
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
 
-  const stop = async () => {
+  const close = async () => {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill("SIGTERM");
       const killed = setTimeout(() => child.kill("SIGKILL"), 30_000);
       await exited(child);
       clearTimeout(killed);
     }
-    stopOrphanDatabase(dataDir);
+    shutDownOrphanDatabase(dataDir);
     rmSync(dataDir, { recursive: true, force: true });
   };
 
@@ -151,10 +152,10 @@ export async function startServer(bin: string): Promise<LiveServer> {
       otherKey: await createKey(bin, env, "client-tests-other"),
       eraserKey: await createKey(bin, env, "client-tests", "read", "write", "erase"),
       readerKey: await createKey(bin, env, "client-tests", "read"),
-      stop,
+      close,
     };
   } catch (error) {
-    await stop();
+    await close();
     throw error;
   }
 }
