@@ -16,13 +16,23 @@ from __future__ import annotations
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
+from .core.serving.consistency import TOKEN_HEADER
 from .settings import Settings
 
-# What a page may send: the key, the JSON body, and the headers of the MCP streamable HTTP
-# transport (its session, its protocol version, a resumed stream).
-ALLOWED_HEADERS = ("Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version", "Last-Event-ID")
-# What a page may read besides the simple headers: when to retry a 503, the MCP session.
-EXPOSED_HEADERS = ("Retry-After", "Mcp-Session-Id")
+# What a page may send: the key, the JSON body, the consistency token of its last write (read
+# your writes), and the headers of the MCP streamable HTTP transport (its session, its protocol
+# version, a resumed stream).
+ALLOWED_HEADERS = (
+    "Authorization",
+    "Content-Type",
+    TOKEN_HEADER,
+    "Mcp-Session-Id",
+    "Mcp-Protocol-Version",
+    "Last-Event-ID",
+)
+# What a page may read besides the simple headers: when to retry a 503, a write's consistency
+# token, the MCP session.
+EXPOSED_HEADERS = ("Retry-After", TOKEN_HEADER, "Mcp-Session-Id")
 # DELETE ends an MCP session.
 ALLOWED_METHODS = ("GET", "POST", "DELETE", "OPTIONS")
 # Seconds a browser may reuse a preflight's answer.

@@ -77,6 +77,23 @@ async def test_a_call_from_a_listed_origin_may_read_the_answer_and_retry_after(
     assert "retry-after" in response.headers["access-control-expose-headers"].lower()
 
 
+async def test_a_page_may_send_back_and_read_the_consistency_token(
+    cors_http: httpx.AsyncClient, runtime: Runtime
+) -> None:
+    """A client holding a write's token sends it on every later call: its preflight must pass."""
+    headers = {**preflight_headers(APP), "access-control-request-headers": "authorization, haki-consistency-token"}
+    preflight = await cors_http.options("/graphql", headers=headers)
+    assert preflight.status_code == 200, preflight.text
+    assert "haki-consistency-token" in preflight.headers["access-control-allow-headers"].lower()
+    key = await new_project_key(runtime, "cors-token")
+    write = 'mutation { recordEvent(input: {subjectId: "s", kind: "note", payload: {text: "hi"}}) { id } }'
+    response = await cors_http.post(
+        "/graphql", json={"query": write}, headers={"origin": APP, "authorization": f"Bearer {key}"}
+    )
+    assert response.status_code == 200, response.text
+    assert "haki-consistency-token" in response.headers["access-control-expose-headers"].lower()
+
+
 async def test_the_key_is_still_checked_first_for_a_cross_origin_call(cors_http: httpx.AsyncClient) -> None:
     response = await cors_http.post("/graphql", json={"query": "{ __typename }"}, headers={"origin": APP})
     assert response.status_code == 401
