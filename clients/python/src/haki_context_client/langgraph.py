@@ -277,11 +277,34 @@ def _matches(value: Mapping[str, Any], conditions: Mapping[str, Any] | None) -> 
 
 
 def _compare(actual: Any, expected: Any) -> bool:
+    # As LangGraph's InMemoryStore compares: an object holding any `$` key is a set of operators,
+    # any other object and any list are matched part by part.
     if isinstance(expected, dict):
-        if expected and all(isinstance(k, str) and k.startswith("$") for k in expected):
+        if any(isinstance(k, str) and k.startswith("$") for k in expected):
             return all(_operator(op, actual, operand) for op, operand in expected.items())
         return isinstance(actual, dict) and all(_compare(actual.get(k), v) for k, v in expected.items())
+    if isinstance(expected, list | tuple):
+        return (
+            isinstance(actual, list | tuple)
+            and len(actual) == len(expected)
+            and all(_compare(a, e) for a, e in zip(actual, expected))
+        )
     return bool(actual == expected)
+
+
+OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+
+
+def _check_operators(conditions: Any) -> None:
+    """Refuse an unknown operator before anything is read, whether or not an item would reach it."""
+    if isinstance(conditions, dict):
+        for key, value in conditions.items():
+            if isinstance(key, str) and key.startswith("$") and key not in OPERATORS:
+                raise ValueError(f"Unsupported filter operator {key!r}: {', '.join(OPERATORS)}.")
+            _check_operators(value)
+    elif isinstance(conditions, list | tuple):
+        for value in conditions:
+            _check_operators(value)
 
 
 def _operator(op: str, actual: Any, operand: Any) -> bool:
@@ -289,8 +312,8 @@ def _operator(op: str, actual: Any, operand: Any) -> bool:
         return bool(actual == operand)
     if op == "$ne":
         return bool(actual != operand)
-    if op not in ("$gt", "$gte", "$lt", "$lte"):
-        raise ValueError(f"Unsupported filter operator {op!r}: $eq, $ne, $gt, $gte, $lt or $lte.")
+    if op not in OPERATORS:
+        raise ValueError(f"Unsupported filter operator {op!r}: {', '.join(OPERATORS)}.")
     # An order is asked of numbers with numbers and strings with strings; an item lacking the
     # field, or holding another type, does not match (rather than failing the whole search).
     numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (actual, operand))
@@ -522,8 +545,10 @@ class HakiStore(BaseStore):
             namespace_to_subject(op.namespace)
         if isinstance(op, PutOp) and op.ttl is not None:
             raise NotImplementedError("HakiStore keeps items until deleted: TTL is not supported (ttl=None).")
-        if isinstance(op, SearchOp) and (op.limit < 0 or op.offset < 0):
-            raise ValueError("A search's limit and offset must not be negative.")
+        if isinstance(op, SearchOp):
+            if op.limit < 0 or op.offset < 0:
+                raise ValueError("A search's limit and offset must not be negative.")
+            _check_operators(op.filter)
 
     def _remember(self, namespaces: Iterable[tuple[str, ...]]) -> None:
         with self._lock:
