@@ -1,9 +1,10 @@
 """The Python client's adapter extras and the root's test pins agree.
 
 The client declares ranges (`langgraph`, `openai-agents` extras: a library installs beside an
-application's own versions); the root's `test` extra pins exact versions, the ones the adapters'
-tests run with. Each pin must lie inside its range, or CI would test versions a user of the extra
-never gets.
+application's own versions); the root pins exact versions, the ones the adapters' tests run with:
+LangGraph's in its `test` extra, the Agents SDK's in an `openai-agents` extra of its own (it caps
+websockets below the server's). Each pin must lie inside its range, or CI would test versions a
+user of the extra never gets.
 """
 
 from __future__ import annotations
@@ -21,14 +22,19 @@ def optional_dependencies(pyproject: Path) -> dict[str, list[Requirement]]:
     return {name: [Requirement(line) for line in lines] for name, lines in extras.items()}
 
 
+# Each client extra, and the root extra that pins it for the tests.
+PINNED_IN = {"langgraph": "test", "openai-agents": "openai-agents"}
+
+
 def test_every_adapter_dependency_is_pinned_for_the_tests_inside_its_range() -> None:
     client = optional_dependencies(ROOT / "clients" / "python" / "pyproject.toml")
-    pins = {req.name: req for req in optional_dependencies(ROOT / "pyproject.toml")["test"]}
-    assert set(client) >= {"langgraph", "openai-agents"}
-    for extra in ("langgraph", "openai-agents"):
+    root = optional_dependencies(ROOT / "pyproject.toml")
+    assert set(client) == set(PINNED_IN)
+    for extra, root_extra in PINNED_IN.items():
+        pins = {req.name: req for req in root[root_extra]}
         for ranged in client[extra]:
             pinned = pins.get(ranged.name)
-            assert pinned is not None, f"the root's test extra does not pin {ranged.name} (client extra {extra})"
+            assert pinned is not None, f"the root's {root_extra} extra does not pin {ranged.name} (client's {extra})"
             (exact,) = pinned.specifier
-            assert exact.operator == "==", f"the root's test extra pins {pinned}: exactly, with =="
+            assert exact.operator == "==", f"the root's {root_extra} extra pins {pinned}: exactly, with =="
             assert ranged.specifier.contains(exact.version), f"{pinned} lies outside the client's {ranged}"
