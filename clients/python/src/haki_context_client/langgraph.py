@@ -299,9 +299,11 @@ def _check_operators(conditions: Any) -> None:
     """Refuse an unknown operator before anything is read, whether or not an item would reach it."""
     if isinstance(conditions, dict):
         for key, value in conditions.items():
-            if isinstance(key, str) and key.startswith("$") and key not in OPERATORS:
-                raise ValueError(f"Unsupported filter operator {key!r}: {', '.join(OPERATORS)}.")
-            _check_operators(value)
+            if isinstance(key, str) and key.startswith("$"):
+                if key not in OPERATORS:
+                    raise ValueError(f"Unsupported filter operator {key!r}: {', '.join(OPERATORS)}.")
+            else:
+                _check_operators(value)  # an operator's operand is a value, not conditions
     elif isinstance(conditions, list | tuple):
         for value in conditions:
             _check_operators(value)
