@@ -121,7 +121,10 @@ def test_the_embedded_database_lives_on_a_volume_the_server_user_owns() -> None:
     assert (
         f"docker run -d --name haki -p 8000:8000 -v haki:{data_dir} haki-context" in (ROOT / "Dockerfile").read_text()
     )
-    assert f"-v haki:{data_dir}" in (ROOT / "docs" / "operations.md").read_text()
+    for doc in ("operations.md", "agents.md"):
+        text = (ROOT / "docs" / doc).read_text()
+        assert f"docker run -d --name haki -p 8000:8000 -v haki:{data_dir} haki-context" in text, doc
+        assert "docker exec haki haki-context keys create --project my-project" in text, doc
 
 
 def test_compose_pairs_the_server_with_pgvector_pg18() -> None:
