@@ -10,6 +10,7 @@ PostgreSQL (development mode, the hashing embedder), and the graphs compiled her
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -30,7 +31,7 @@ pytest.importorskip(
 
 from browser_support import serve
 from graphql import build_schema, parse, validate
-from haki_context_client import HakiClientSync, InvalidInputError
+from haki_context_client import HakiClientSync
 from haki_context_client.langgraph import (
     SEARCH_DOCUMENT,
     HakiItem,
@@ -371,11 +372,31 @@ def test_a_batch_is_checked_whole_before_it_runs(store: HakiStore, ns: tuple[str
     assert store.get(ns, "k") is None
 
 
-def test_the_servers_limits_come_back_as_its_errors(store: HakiStore) -> None:
-    with pytest.raises(InvalidInputError):
-        store.put(("x" * 129,), "k", {"v": 1})  # a subject id is 1..128 characters
-    with pytest.raises(InvalidInputError):
-        store.put(("ok",), "k" * 129, {"v": 1})  # and so is a predicate
+def test_the_servers_limits_are_checked_before_a_batch_writes_anything(store: HakiStore, ns: tuple[str, ...]) -> None:
+    with pytest.raises(InvalidNamespaceError, match="128"):  # a subject id is 1..128 characters
+        store.batch([PutOp(ns, "first", {"v": 1}), PutOp(("x" * 129,), "k", {"v": 1})])
+    with pytest.raises(ValueError, match="128"):  # and so is a predicate
+        store.batch([PutOp(ns, "first", {"v": 1}), PutOp(ns, "k" * 129, {"v": 1})])
+    with pytest.raises(ValueError, match="blank"):
+        store.put(ns, "  ", {"v": 1})
+    assert store.get(ns, "first") is None
+
+
+def test_a_search_query_longer_than_the_servers_is_cut_to_it(store: HakiStore, ns: tuple[str, ...]) -> None:
+    store.put(ns, "lang", {"text": "invoices are written in German"})
+    found = store.search(ns, query="Which language for invoices? " + "x" * 5000)
+    assert [item.key for item in found] == ["lang"]
+
+
+def test_one_store_serves_one_asyncio_run_after_another(server: str, ns: tuple[str, ...]) -> None:
+    store = HakiStore(server)
+    try:
+        asyncio.run(store.aput(ns, "k", {"v": 1}))
+        item = asyncio.run(store.aget(ns, "k"))  # a new loop: the first one's client is gone with it
+        assert item is not None and item.value == {"v": 1}
+    finally:
+        store.close()
+        asyncio.run(store.aclose())
 
 
 # -------------------------------------------------------------------------------- async

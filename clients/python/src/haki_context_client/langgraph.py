@@ -27,6 +27,7 @@ LangGraph forbids `.` in a namespace label, so joining the labels with `.` is re
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ SEPARATOR = "."
 """Joins a namespace's labels into a subject id; LangGraph refuses it inside a label."""
 PAGE_SIZE = 100
 """Facts per `facts` request: the server's largest page."""
+MAX_ID_CHARS = 128
+"""The server's longest subject id and predicate: a namespace's joined labels and a key."""
+MAX_QUERY_CHARS = 4000
+"""The server's longest `context` query: a longer search query is cut to it."""
 DEFAULT_SEARCH_BUDGET = 2000
 """Tokens of the `context` call behind a search with a query (the server's default is 900)."""
 RETRACT_REASON = "deleted through LangGraph's BaseStore (HakiStore)"
@@ -102,7 +107,12 @@ def namespace_to_subject(namespace: tuple[str, ...]) -> str:
     if not namespace:
         raise InvalidNamespaceError("A namespace of the memory needs at least one label.")
     validate_op_namespace(GetOp(namespace, ""))
-    return SEPARATOR.join(namespace)
+    subject_id = SEPARATOR.join(namespace)
+    if len(subject_id) > MAX_ID_CHARS:
+        raise InvalidNamespaceError(
+            f"A namespace's labels joined with {SEPARATOR!r} are its subject id, at most {MAX_ID_CHARS} characters."
+        )
+    return subject_id
 
 
 def subject_to_namespace(subject_id: str) -> tuple[str, ...]:
@@ -397,6 +407,7 @@ class HakiStore(BaseStore):
         self._async_client = async_client
         self._owns_client = client is None
         self._owns_async_client = async_client is None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._known: set[tuple[str, ...]] = set()
         for namespace in namespaces:
@@ -416,10 +427,20 @@ class HakiStore(BaseStore):
 
     @property
     def async_client(self) -> HakiClient:
-        """The asyncio client `abatch` uses (made at first use)."""
+        """The asyncio client `abatch` uses (made at first use, and again on another event loop)."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
         with self._lock:
+            if self._async_client is not None and self._owns_async_client and self._async_loop is not loop:
+                # An asyncio client's connections belong to the loop it was made on: a graph run by
+                # a later asyncio.run gets a client of its own (the old loop, closed, took its sockets).
+                previous, self._async_client = self._async_client, None
+                self._share_token(previous, self._client)
             if self._async_client is None:
                 self._async_client = HakiClient(self.base_url, api_key=self._api_key, timeout=self._timeout)
+                self._async_loop = loop
                 self._share_token(self._client, self._async_client)
             return self._async_client
 
@@ -431,15 +452,21 @@ class HakiStore(BaseStore):
             target.advance_consistency_token(source.consistency_token)
 
     def close(self) -> None:
-        """Close the blocking client this store made (the asyncio one needs `aclose`)."""
+        """Close the blocking client this store made (the asyncio one needs `aclose`, or `async with`);
+        a later call makes a new one."""
         if self._client is not None and self._owns_client:
             self._client.close()
+            self._client = None
+        loop = self._async_loop
+        if self._async_client is not None and self._owns_async_client and loop is not None and loop.is_closed():
+            self._async_client = None  # its loop is gone, and its connections with it
 
     async def aclose(self) -> None:
-        """Close both clients this store made."""
+        """Close both clients this store made; a later call makes new ones."""
         self.close()
         if self._async_client is not None and self._owns_async_client:
             await self._async_client.aclose()
+            self._async_client = None
 
     def __enter__(self) -> Self:
         return self
@@ -545,6 +572,9 @@ class HakiStore(BaseStore):
         validate_op_namespace(op)
         if isinstance(op, GetOp | PutOp):
             namespace_to_subject(op.namespace)
+        if isinstance(op, PutOp) and (not op.key.strip() or len(op.key) > MAX_ID_CHARS or "\x00" in op.key):
+            # A key is a fact's predicate: the server would refuse it after the batch's earlier writes.
+            raise ValueError(f"A key must be 1..{MAX_ID_CHARS} characters, not blank, without NUL: {op.key!r}")
         if isinstance(op, PutOp) and op.ttl is not None:
             raise NotImplementedError("HakiStore keeps items until deleted: TTL is not supported (ttl=None).")
         if isinstance(op, SearchOp):
@@ -594,7 +624,9 @@ class HakiStore(BaseStore):
         if prefix:
             namespaces.add(prefix)
         wanted = op.offset + op.limit
-        query = op.query if op.query and op.query.strip() else None
+        # The server takes a query of at most MAX_QUERY_CHARS; the start of a longer one (often a
+        # whole user message) says what it is about.
+        query = op.query[:MAX_QUERY_CHARS] if op.query and op.query.strip() else None
         found: list[tuple[tuple[str, ...], _Stored]] = []
         for namespace in sorted(namespaces):
             subject_id = namespace_to_subject(namespace)
