@@ -34,7 +34,7 @@ from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
 from browser_support import serve
-from haki_context_client import HakiClient, RetryPolicy
+from haki_context_client import HakiClient, RetryPolicy, UnauthenticatedError
 from haki_context_client.openai_agents import (
     CLEAR_KIND,
     ITEM_KIND,
@@ -213,10 +213,10 @@ async def test_clear_session_can_forget_the_subject(haki: HakiClient, session_id
 
 
 async def test_a_session_made_from_a_url_closes_its_client(server: str, session_id: str) -> None:
-    session = HakiSession(session_id, base_url=server)
-    await session.add_items(ITEMS[:1])
-    assert await session.get_items() == ITEMS[:1]
-    await session.aclose()
+    async with HakiSession(session_id, base_url=server) as session:
+        await session.add_items(ITEMS[:1])
+        assert await session.get_items() == ITEMS[:1]
+    assert session.client._transport.http.is_closed  # the client it made, closed on leaving the block
 
 
 # ------------------------------------------------------------------------------ the runner
@@ -313,6 +313,21 @@ async def test_context_instructions_fall_back_to_the_instructions_alone(haki: Ha
     async with HakiClient(ADDRESS, transport=httpx.MockTransport(unavailable), retry=RetryPolicy(attempts=1)) as down:
         on_down = context_instructions(down, "Be brief.", subject_id="user-42")
         assert await on_down(wrapper, agent) == "Be brief."
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    async with HakiClient(ADDRESS, transport=httpx.MockTransport(refused), retry=RetryPolicy(attempts=1)) as gone:
+        on_gone = context_instructions(gone, "Be brief.", subject_id="user-42")
+        assert await on_gone(wrapper, agent) == "Be brief."  # unreachable: the turn goes on without memory
+
+    def refused_key(request: httpx.Request) -> httpx.Response:
+        body = {"data": None, "errors": [{"message": "no key", "extensions": {"code": "UNAUTHENTICATED"}}]}
+        return httpx.Response(401, json=body)
+
+    async with HakiClient(ADDRESS, transport=httpx.MockTransport(refused_key)) as refusing:
+        with pytest.raises(UnauthenticatedError):  # a misconfiguration is not hidden
+            await context_instructions(refusing, "Be brief.", subject_id="user-42")(wrapper, agent)
 
 
 def test_latest_user_text_reads_the_last_user_message() -> None:

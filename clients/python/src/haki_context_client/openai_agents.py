@@ -28,8 +28,10 @@ append-only and cannot be deleted one by one, so:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from types import TracebackType
+from typing import Any, Self, cast
 
 try:
     from agents import Agent, RunContextWrapper
@@ -43,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .client import DEFAULT_URL, HakiClient
-from .errors import UnavailableError
+from .errors import StatementTimeoutError, TransportError, UnavailableError
 from .types import ContextPacket, EventInput
 
 __all__ = [
@@ -68,6 +70,8 @@ MAX_EVENTS_PER_CALL = 1000
 """Events per `recordEvents` call: the server's limit."""
 MAX_QUERY_CHARS = 4000
 """The longest `context` query the server takes."""
+log = logging.getLogger(__name__)
+
 MEMORY_HEADING = "What memory holds that bears on this message (facts and earlier exchanges, dated):"
 """The line `context_instructions` puts between the instructions and the packet's text."""
 
@@ -87,6 +91,10 @@ class HakiSession:
 
     Within one process a session's writes are serialised; two processes popping the same
     session at once may both pop the same item (it is returned twice, recorded popped once).
+    Items are ordered by the instant the server records them at, so the servers behind one URL
+    must share a clock (as hosts kept by NTP do). A pop whose answer is lost (a `TransportError`
+    after the server recorded its tombstone) has popped its item all the same.
+    Use it as `async with HakiSession(...) as session:` to close a client it made.
     """
 
     session_settings: SessionSettings | None = None
@@ -114,6 +122,14 @@ class HakiSession:
         """Close the client this session made (a client given to it is left open)."""
         if self._owns_client:
             await self.client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items in the order they were added: the latest `limit` of them (default
@@ -213,7 +229,8 @@ def context_instructions(
     """Dynamic instructions for an `Agent`: before each model call, `context(subject, <the
     latest user message>, budget)` and the instructions followed by `MEMORY_HEADING` and the
     packet's `rendered` text (the instructions alone when the packet is empty, when the turn
-    holds no user text, or when the server stays UNAVAILABLE after the client's retries).
+    holds no user text, or when the server stays UNAVAILABLE after the client's retries, times
+    out or cannot be reached: logged as a warning).
 
     `subject_id` is a subject, or a function of the run's context wrapper that names it (one
     agent for every user: ``subject_id=lambda wrapper: wrapper.context.user_id``). `on_packet`
@@ -226,7 +243,10 @@ def context_instructions(
         subject = subject_id(wrapper) if callable(subject_id) else subject_id
         try:
             packet = await client.context(subject, message[:MAX_QUERY_CHARS], budget=budget)
-        except UnavailableError:  # retried with backoff first; then the turn goes on without memory
+        except (UnavailableError, StatementTimeoutError, TransportError) as exc:
+            # The memory is down, unreachable or slow (UNAVAILABLE was retried with backoff
+            # first): the turn goes on without it. A key or an input refused still fails the run.
+            log.warning("context for %s failed (%s): the turn goes on without memory", subject, exc.code)
             return instructions
         if on_packet is not None:
             on_packet(packet)
