@@ -63,6 +63,28 @@ def test_the_agent_loop_of_the_docs_is_the_example_the_tests_run() -> None:
         )
 
 
+def test_the_readme_snippet_type_checks_against_the_built_client(tmp_path: Path) -> None:
+    """The README's TypeScript lines compile, strict, as a user's ES module importing the package."""
+    built = _npm_run("build", 120)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (snippet,) = re.findall(r"^```ts\n(.*?)^```$", (ROOT / "README.md").read_text(encoding="utf-8"), re.M | re.S)
+    (tmp_path / "package.json").write_text('{"type": "module"}')
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "haki-context-client").symlink_to(CLIENT, target_is_directory=True)
+    (tmp_path / "readme.ts").write_text(snippet, encoding="utf-8")
+    options = ["--strict", "--module", "nodenext", "--target", "es2022", "--lib", "es2022,dom", "--skipLibCheck"]
+    tsc = CLIENT / "node_modules" / ".bin" / "tsc"
+    done = subprocess.run(
+        [str(tsc), "--noEmit", *options, "readme.ts"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_generated_documents_match_the_schema_and_the_operations() -> None:
     check = _npm_run("check", 120)
     assert check.returncode == 0, check.stdout + check.stderr
