@@ -267,12 +267,13 @@ def _server_class() -> type[Any]:
 
         A second signal does not force an exit either: the stop is bounded already (the grace
         period, then the pool's and the database's own time-outs), and a forced exit would skip
-        stopping the database."""
+        the lifespan's shutdown and stopping the database. Only the flag is set, never uvicorn's
+        own handler called: a Ctrl-C to the process group is followed at once by the parent's
+        SIGTERM, which can run inside this handler, and uvicorn's would then take the SIGINT
+        for a second one and force the exit."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
-            if self.should_exit:
-                return
-            super().handle_exit(sig, frame)
+            self.should_exit = True
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
