@@ -43,8 +43,10 @@ from typing import Any
 import asyncpg
 import numpy as np
 
+from haki_context.core.context.scoring import best_neighbours
 from haki_context.core.embedding.embedder import Encoder, HashingEncoder, OnnxMiniLMEncoder
 from haki_context.db import embedded
+from haki_context.settings import Settings
 
 from .in_process import write_result
 from .locomo import CATEGORIES, Conversation, Turn, add_data_argument, load_conversations
@@ -361,7 +363,10 @@ def text_feedback(m: int, n_terms: int, second_k: int) -> Pool:
 # A ranking: from one conversation's parts, a question's index and a pool, its turns best first.
 Ranking = Callable[[Parts, int, set[int]], list[int]]
 SERVED = 22  # turns a 900-token packet holds (about 40 tokens a turn)
-TEXT_WEIGHT = 0.6 / 0.8  # full text against similarity, as the server's score weighs them
+SERVER = Settings()  # the server's defaults: its weights and neighbour window
+# The server's score divided by its similarity weight, so that similarity counts 1.
+TEXT_WEIGHT = SERVER.weight_full_text / SERVER.weight_similarity
+NEIGHBOUR_WEIGHT = SERVER.neighbour_weight / SERVER.weight_similarity
 
 
 def _text_share(p: Parts, qi: int) -> np.ndarray:
@@ -370,22 +375,13 @@ def _text_share(p: Parts, qi: int) -> np.ndarray:
     return np.array([sum(w for x, w in weights.items() if x in held) / total for held in p.lexemes])
 
 
-NEIGHBOUR_WEIGHT = 0.25 / 0.8  # the server's neighbour cue, on the same scale
-
-
 def _with_neighbours(p: Parts, pool: set[int], score: np.ndarray) -> list[int]:
-    """The pool best first by `score` plus the server's neighbour cue: a share of the best other
-    candidate of the same session (LoCoMo's turns of a session are seconds apart)."""
-    best: dict[int, list[float]] = {}
-    for i in pool:
-        best.setdefault(p.conv.turns[i].session, []).append(score[i])
-    top2 = {s: [*sorted(v, reverse=True)[:2], 0.0, 0.0] for s, v in best.items()}
-
-    def cue(i: int) -> float:
-        first, second = top2[p.conv.turns[i].session][:2]
-        return max(0.0, second if score[i] >= first else first)
-
-    final = {i: score[i] + NEIGHBOUR_WEIGHT * cue(i) for i in pool}
+    """The pool best first by `score` plus the server's neighbour cue (`best_neighbours` over the
+    turns' instants, the server's window and weight)."""
+    members = sorted(pool, key=lambda i: p.conv.turns[i].occurred_at)
+    times = np.array([p.conv.turns[i].occurred_at.timestamp() for i in members])
+    best = best_neighbours(times, np.array([score[i] for i in members]), SERVER.neighbour_window_s)
+    final = {i: score[i] + NEIGHBOUR_WEIGHT * b for i, b in zip(members, best.tolist())}
     return sorted(pool, key=lambda i: -final[i])
 
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from haki_context.settings import Settings
+
 from .in_process import write_result
 from .locomo import add_data_argument, load_conversations
 from .quality import Client, Config, build_settings, ingest, open_server
@@ -41,9 +43,9 @@ query($s: String!, $q: String!, $b: Int) {
   }
 }
 """
-# The server's weights of similarity, full text and recency (HAKI_W_*): what the score holds
-# beyond them is the cues' share.
-WEIGHTS = (0.8, 0.6, 0.15)
+# The server's weights of similarity, full text and recency (its defaults): what the score
+# holds beyond them is the cues' share.
+SERVER = Settings()
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ async def collect(data_dir: Path, pool: int, limit: int | None) -> list[Asked]:
 
 def features(c: Candidate) -> list[float]:
     """The components a learned ranking sees."""
-    cues = c.score - (WEIGHTS[0] * c.similarity + WEIGHTS[1] * c.full_text + WEIGHTS[2] * c.recency)
+    weighted = SERVER.weight_similarity * c.similarity + SERVER.weight_full_text * c.full_text
+    cues = c.score - (weighted + SERVER.weight_recency * c.recency)
     return [
         c.similarity,
         c.full_text,

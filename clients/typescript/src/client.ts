@@ -2,7 +2,7 @@
  * `HakiClient`: the server's operations as typed methods, over plain fetch.
  *
  * Each method runs one typed document of src/generated/graphql.ts (generated from
- * schema.graphql and operations.graphql) and returns its result's typed field. An option left
+ * schema.graphql and clients/python/queries.graphql) and returns its result's typed field. An option left
  * undefined is not sent, so the server's default applies (`budget` 900, `first` 50 or 20...).
  * Every failure is thrown as a `HakiError` carrying the server's code; UNAVAILABLE is retried
  * first (see RetryPolicy). The methods are the Python client's (clients/python), in camelCase.

@@ -1,6 +1,6 @@
 /**
  * Readable names for the results of the client's methods. Each is a type of
- * src/generated/graphql.ts (generated from schema.graphql and operations.graphql), never
+ * src/generated/graphql.ts (generated from schema.graphql and clients/python/queries.graphql), never
  * written by hand: a change of the schema or of an operation changes them.
  */
 
